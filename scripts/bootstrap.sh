@@ -1,0 +1,67 @@
+#!/usr/bin/env bash
+# Install everything `make test` needs on a fresh Debian 12 machine (as root):
+# apt packages, pinned venvs, ansible-test's offline pip shim and the
+# ansible_collections/hypeman/vgpu layout ansible-test insists on.
+# Re-running is cheap: every step checks before it acts.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+repo=$(pwd)
+
+log() { printf '[bootstrap] %s\n' "$*"; }
+
+# --- apt -------------------------------------------------------------------
+apt_packages=(git shellcheck make)
+missing=()
+for pkg in "${apt_packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q 'install ok installed' || missing+=("$pkg")
+done
+if [ "${#missing[@]}" -gt 0 ]; then
+  log "apt: installing ${missing[*]}"
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -qq
+  apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+
+# --- venvs -------------------------------------------------------------------
+make_venv() { # dir python requirements
+  local dir=$1 python=$2 req=$3 stamp
+  stamp="$dir/.requirements.sha256"
+  if [ -x "$dir/bin/python" ] && [ -f "$stamp" ] && sha256sum --status -c "$stamp" 2>/dev/null; then
+    return 0
+  fi
+  log "venv: $dir ($("$python" --version 2>&1), $req)"
+  rm -rf "$dir"
+  "$python" -m venv "$dir"
+  "$dir/bin/python" -m pip install -q --disable-pip-version-check -r "$req"
+  sha256sum "$req" > "$stamp"
+}
+
+python311=$(command -v python3.11 || command -v python3)
+make_venv .venv "$python311" requirements-dev.txt
+
+python312=""
+for cand in "$(command -v python3.12 || true)" "$(pyenv root 2>/dev/null || echo /root/.pyenv)"/versions/3.12*/bin/python3.12; do
+  # pyenv shims exist for versions that are not selected: prove it runs.
+  if [ -n "$cand" ] && [ -x "$cand" ] && "$cand" -c 'import sys' >/dev/null 2>&1; then
+    python312=$cand; break
+  fi
+done
+if [ -n "$python312" ]; then
+  make_venv .venv-py312 "$python312" requirements-dev-py312.txt
+else
+  log "python3.12: not found; the ansible-core 2.21 matrix entry will be skipped"
+  rm -rf .venv-py312
+fi
+
+# --- ansible-test offline pip bootstrap -----------------------------------------
+# ansible-test downloads get-pip from a host these machines cannot reach; this
+# stand-in uses the interpreter's bundled ensurepip instead.
+mkdir -p "$HOME/.ansible/test/cache"
+for ver in 24_2 25_2; do
+  install -m 0644 scripts/get_pip_offline.py "$HOME/.ansible/test/cache/get_pip_${ver}.py"
+done
+
+# --- collection layout -----------------------------------------------------------
+mkdir -p .collections/ansible_collections/hypeman
+ln -sfn ../../.. .collections/ansible_collections/hypeman/vgpu
+log "ready: $repo/.collections/ansible_collections/hypeman/vgpu"
