@@ -22,7 +22,7 @@ sanity units integration lint changelog-lint build-smoke py312: bootstrap
 	@bash scripts/test.sh $@
 
 pytest: bootstrap
-	@cd $(COLL) && PYTHONPATH=$(CURDIR)/.collections $(VENV)/bin/python -m pytest -q -n 2 tests/unit $(ARGS)
+	@cd $(COLL) && PYTHONPATH=$(CURDIR)/.collections $(VENV)/bin/python -m pytest -q -n 2 $(or $(ARGS),tests/unit)
 
 bench: bootstrap
 	@for b in bench/*.py; do echo "== $$b"; PYTHONPATH=$(CURDIR)/.collections $(VENV)/bin/python $$b || exit 1; done
