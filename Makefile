@@ -4,16 +4,21 @@ SHELL := /bin/bash
 COLL := .collections/ansible_collections/hypeman/vgpu
 VENV := $(CURDIR)/.venv
 
-.PHONY: help bootstrap test sanity units integration lint changelog-lint build-smoke py312 pytest bench clean
+.PHONY: help bootstrap demo test sanity units integration lint changelog-lint build-smoke py312 molecule pytest bench clean
 
 help:
+	@echo "make demo     run the collection against a simulated vGPU host and print the report"
 	@echo "make test     run every test (installs what it needs)"
 	@echo "make sanity | units | integration [TARGET=name] | lint | changelog-lint | build-smoke | py312"
+	@echo "make molecule [SCENARIO=name]  molecule scenarios on the simulated host"
 	@echo "make pytest   fast unit run with plain pytest (no ansible-test venv)"
 	@echo "make bench    run the benchmarks in bench/"
 
 bootstrap:
 	@bash scripts/bootstrap.sh
+
+demo: bootstrap
+	@bash scripts/demo.sh
 
 test: bootstrap
 	@bash scripts/test.sh all
@@ -21,7 +26,10 @@ test: bootstrap
 sanity units integration lint changelog-lint build-smoke py312: bootstrap
 	@bash scripts/test.sh $@
 
-pytest: bootstrap
+pydemo: bootstrap
+	@bash scripts/demo.sh
+
+test: bootstrap
 	@cd $(COLL) && PYTHONPATH=$(CURDIR)/.collections $(VENV)/bin/python -m pytest -q -n 2 $(or $(ARGS),tests/unit)
 
 bench: bootstrap

@@ -74,6 +74,7 @@ case "${1:-all}" in
   lint) phase "ansible-lint (production)" lint ;;
   changelog-lint) phase "antsibull-changelog lint" changelog_lint ;;
   build-smoke) phase "build, install, ansible-doc" build_smoke ;;
+  molecule) phase "molecule scenarios" bash "$repo/scripts/molecule.sh" ;;
   py312)
     if [ -x "$repo/.venv-py312/bin/python" ]; then py312_all; else skip "py3.12 matrix" "no python3.12 interpreter on this machine"; fi ;;
   all)
@@ -83,10 +84,11 @@ case "${1:-all}" in
     phase "ansible-lint (production)" lint
     phase "antsibull-changelog lint" changelog_lint
     phase "build, install, ansible-doc" build_smoke
+    phase "molecule scenarios" bash "$repo/scripts/molecule.sh"
     if [ -x "$repo/.venv-py312/bin/python" ]; then py312_all
     else skip "py3.12 matrix" "no python3.12 interpreter on this machine"; fi
     ;;
-  *) echo "usage: $0 all|sanity|units|integration|lint|changelog-lint|build-smoke|py312" >&2; exit 2 ;;
+  *) echo "usage: $0 all|sanity|units|integration|lint|changelog-lint|build-smoke|molecule|py312" >&2; exit 2 ;;
 esac
 
 printf '\n===== results =====\n'

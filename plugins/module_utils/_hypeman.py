@@ -6,8 +6,14 @@
 from __future__ import annotations
 
 import errno
+import functools
+import json
+import os
 import re
+import socket
+from urllib.error import HTTPError, URLError
 
+from ansible_collections.hypeman.vgpu.plugins.module_utils import _gotime, _store
 from ansible_collections.hypeman.vgpu.plugins.module_utils._errors import VgpuError
 
 DEFAULT_QUARANTINE_THRESHOLD = 2  # hypeman's defaultVFQuarantineThreshold
@@ -102,3 +108,440 @@ def resolve_threshold(explicit, config_path):
             raise VgpuError("threshold is %d; expected a whole number >= 1" % explicit)
         return explicit, "option"
     return read_quarantine_threshold(config_path)
+
+
+# --- data dir layout -----------------------------------------------------------
+#
+# Instances live in <data_dir>/guests/<id>/metadata.json (reference §3). The
+# metadata is hypeman's StoredMetadata marshalled without JSON tags, so keys
+# are Go field names. Two builds differ in the claim-time key: GPUClaimedAt
+# (claim variant) or GPUAssignedAt plus GPURetainedForCleanup (assignment
+# variant); both are read.
+
+CLAIM_FIELDS = ("GPUClaimedAt", "GPUAssignedAt")
+_STRING_FIELDS = ("Id", "Name", "HypervisorType", "GPUProfile", "GPUFramework", "GPUDevicePath",
+                  "GPUMdevUUID", "SocketPath", "HypervisorBootID")
+
+
+def guests_dir(data_dir):
+    return os.path.join(data_dir, "guests")
+
+
+def instance_dir(data_dir, instance_id):
+    return os.path.join(guests_dir(data_dir), instance_id)
+
+
+def instance_log_dir(data_dir, instance_id):
+    """``<data_dir>/guests/<id>/logs`` (app.log, vmm.log, hypeman.log)."""
+    return os.path.join(instance_dir(data_dir, instance_id), "logs")
+
+
+@functools.lru_cache(maxsize=4096)
+def render_claim_time(text):
+    """A claim time as hypeman writes ``assigned_at``: parsed like Go, shown in UTC RFC3339Nano.
+
+    Raises ValueError (Go's "parsing time ..." text) when Go could not parse it.
+    """
+    return _gotime.format_utc_rfc3339nano(_gotime.parse_rfc3339(text))
+
+
+def _reject_constant(name):
+    raise ValueError("invalid JSON value %s" % name)
+
+
+def _go_int(meta, key, unsigned=False):
+    """A Go int / uint64 field: JSON null keeps the zero value; fractions fail like Go."""
+    value = meta.get(key)
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ValueError("%s: cannot unmarshal %s into an integer" % (key, type(value).__name__))
+    if unsigned and value < 0:
+        raise ValueError("%s: cannot unmarshal negative number into uint64" % key)
+    return value
+
+
+def parse_metadata(text):
+    """Decode metadata JSON the way Go's ``json.Unmarshal`` into StoredMetadata would.
+
+    Returns the dict; raises ValueError when hypeman could not load the file
+    either (not JSON, not an object, a field of the wrong type, an
+    unparseable claim time).
+    """
+    meta = json.loads(text, parse_constant=_reject_constant)
+    if not isinstance(meta, dict):
+        raise ValueError("metadata is not a JSON object")
+    for key in _STRING_FIELDS:
+        if meta.get(key) is not None and not isinstance(meta[key], str):
+            raise ValueError("%s: cannot unmarshal %s into a string" % (key, type(meta[key]).__name__))
+    _go_int(meta, "HypervisorPID")
+    _go_int(meta, "HypervisorStartTime", unsigned=True)
+    if meta.get("GPURetainedForCleanup") is not None and not isinstance(meta["GPURetainedForCleanup"], bool):
+        raise ValueError("GPURetainedForCleanup: cannot unmarshal into a bool")
+    for key in CLAIM_FIELDS:
+        value = meta.get(key)
+        if value is None:
+            continue
+        if not isinstance(value, str):
+            raise ValueError("%s: cannot unmarshal %s into a time" % (key, type(value).__name__))
+        render_claim_time(value)  # ValueError carries Go's "parsing time ..." text
+    return meta
+
+
+def _pci_basename(device_path):
+    """Normalised VF address from a ``GPUDevicePath`` basename, or None when it is not one."""
+    if not device_path:
+        return None
+    try:
+        return _store.normalize_vf_address(os.path.basename(device_path.rstrip("/")))
+    except (VgpuError, ValueError, TypeError, AttributeError):
+        return None
+
+
+def instance_from_metadata(meta, metadata_path):
+    """The instance dict other helpers rely on (see :func:`list_instances`)."""
+    claim_field = None
+    claim_value = None
+    for key in CLAIM_FIELDS:
+        if key in meta:
+            if claim_field is None or (claim_value is None and meta[key] is not None):
+                claim_field, claim_value = key, meta[key]
+    assigned_at = None
+    if claim_value is not None:
+        assigned_at = render_claim_time(claim_value)
+    device_path = meta.get("GPUDevicePath") or ""
+    return {
+        "id": meta.get("Id") or "",
+        "name": meta.get("Name") or "",
+        "hypervisor_type": meta.get("HypervisorType") or None,
+        "profile": meta.get("GPUProfile") or None,
+        "framework": meta.get("GPUFramework") or None,
+        "device_path": device_path or None,
+        "vf_address": _pci_basename(device_path),
+        "mdev_uuid": meta.get("GPUMdevUUID") or None,
+        "assigned_at": assigned_at,
+        "claim_field": claim_field,
+        "retained_for_cleanup": bool(meta.get("GPURetainedForCleanup")),
+        "metadata_path": metadata_path,
+        "dir": os.path.dirname(metadata_path),
+        "pid": meta.get("HypervisorPID"),
+        "start_time": meta.get("HypervisorStartTime") or 0,
+        "boot_id": meta.get("HypervisorBootID") or "",
+        "socket_path": meta.get("SocketPath") or None,
+    }
+
+
+def list_instances(data_dir, proc_root=None):
+    """Every instance under ``<data_dir>/guests``, plus what could not be read.
+
+    Returns ``(instances, unreadable)``. Like hypeman's listing, entries that
+    are not directories and directories without ``metadata.json`` are not
+    instances. Metadata hypeman could not load (unreadable, not JSON, wrong
+    field types) goes to ``unreadable`` as ``{instance_id, path, error}`` --
+    never silently skipped: hypeman's reconcile fails closed on it.
+
+    Each instance: ``id, name, hypervisor_type, profile, framework,
+    device_path, vf_address`` (normalised basename of ``GPUDevicePath``, None
+    when it is not a PCI address), ``mdev_uuid, assigned_at`` (claim time in
+    UTC RFC3339Nano as hypeman writes it into the store, or None),
+    ``claim_field`` (``GPUClaimedAt``, ``GPUAssignedAt`` or None),
+    ``retained_for_cleanup, metadata_path, dir, pid, start_time, boot_id,
+    socket_path``; with ``proc_root`` also ``live`` (True, False, or None
+    when ambiguous -- hypeman counts that as live) and ``live_reason``.
+    A missing guests directory means no instances; an unreadable one fails.
+    """
+    base = guests_dir(data_dir)
+    try:
+        entries = sorted(os.listdir(base))
+    except (IOError, OSError) as err:
+        if err.errno == errno.ENOENT:
+            return [], []
+        raise VgpuError("read guests directory %s: %s" % (base, err.strerror or err))
+    instances, unreadable = [], []
+    for name in entries:
+        idir = os.path.join(base, name)
+        if not os.path.isdir(idir) or os.path.islink(idir):
+            continue
+        path = os.path.join(idir, "metadata.json")
+        try:
+            with open(path, "rb") as handle:
+                data = handle.read()
+        except (IOError, OSError) as err:
+            if err.errno == errno.ENOENT:
+                continue
+            unreadable.append({"instance_id": name, "path": path, "error": "read metadata: %s" % (err.strerror or err)})
+            continue
+        try:
+            meta = parse_metadata(data.decode("utf-8", "replace"))
+        except ValueError as err:
+            unreadable.append({"instance_id": name, "path": path, "error": "unmarshal metadata: %s" % err})
+            continue
+        instances.append(instance_from_metadata(meta, path))
+    if proc_root is not None:
+        checker = LivenessChecker(proc_root)
+        for inst in instances:
+            inst["live"], inst["live_reason"] = checker.check(inst)
+    return instances, unreadable
+
+
+# --- liveness (reference §3.3; hypeman's resolveLiveHypervisorPID) --------------
+
+
+class _Ambiguous(Exception):
+    """Socket ownership could not be confirmed: hypeman then counts the VMM as live."""
+
+
+class _NoOwner(Exception):
+    """Nobody holds the control-socket listener: proof the VMM is gone."""
+
+
+_SO_ACCEPTCON = 0x10000
+
+
+class LivenessChecker(object):
+    """Decides VMM liveness from ``proc_root`` exactly as hypeman does.
+
+    Live when the recorded PID exists and is not a zombie and either its
+    boot id and start time match (proof) or it, or another process, owns the
+    instance's control-socket listener. A recorded boot id from another boot
+    means the PID is stale. No listener means dead. An ownership check that
+    cannot finish (unreadable /proc entries, several owners) is ambiguous:
+    ``live`` None, which hypeman treats as live. /proc is read once per
+    checker and cached.
+    """
+
+    def __init__(self, proc_root):
+        self.proc_root = proc_root
+        self._boot_id = None
+        self._unix = None
+        self._owners = None
+
+    def boot_id(self):
+        if self._boot_id is None:
+            try:
+                with open(os.path.join(self.proc_root, "sys", "kernel", "random", "boot_id")) as handle:
+                    self._boot_id = handle.read().strip()
+            except (IOError, OSError):
+                self._boot_id = ""
+        return self._boot_id
+
+    def process_exists(self, pid):
+        """hypeman's ProcessExists: a live, non-zombie process (unreadable state counts as live)."""
+        if pid is None or pid <= 0 or not os.path.isdir("%s/%d" % (self.proc_root, pid)):
+            return False
+        try:
+            with open("%s/%d/status" % (self.proc_root, pid)) as handle:
+                for line in handle:
+                    if line.startswith("State:"):
+                        fields = line.split()
+                        return len(fields) < 2 or fields[1] != "Z"
+        except (IOError, OSError):
+            pass
+        return True
+
+    def start_time(self, pid):
+        """Field 22 of ``/proc/<pid>/stat`` (clock ticks since boot), 0 when unreadable."""
+        try:
+            with open("%s/%d/stat" % (self.proc_root, pid)) as handle:
+                data = handle.read()
+        except (IOError, OSError):
+            return 0
+        paren = data.rfind(")")
+        if paren < 0:
+            return 0
+        fields = data[paren + 1:].split()
+        if len(fields) <= 19 or not fields[19].isdigit():
+            return 0
+        return int(fields[19])
+
+    def _socket_ref(self, socket_path):
+        if self._unix is None:
+            self._unix = {}
+            try:
+                with open(os.path.join(self.proc_root, "net", "unix")) as handle:
+                    lines = handle.read().splitlines()
+            except (IOError, OSError) as err:
+                self._unix = err
+                lines = []
+            for line in lines:
+                fields = line.split()
+                if len(fields) < 7 or fields[0] == "Num":
+                    continue
+                try:
+                    flags = int(fields[3], 16)
+                except ValueError:
+                    continue
+                if not flags & _SO_ACCEPTCON:
+                    continue
+                self._unix.setdefault(fields[-1], []).append(fields[6])
+        if not isinstance(self._unix, dict):
+            raise _Ambiguous("open /proc/net/unix: %s" % (self._unix.strerror or self._unix))
+        inodes = self._unix.get(socket_path, [])
+        if len(inodes) > 1:
+            raise _Ambiguous("resolve process pid for socket %s: multiple socket inodes found" % socket_path)
+        if not inodes:
+            raise _NoOwner("socket %s has no listener in /proc/net/unix" % socket_path)
+        return "socket:[%s]" % inodes[0]
+
+    def _holds(self, pid, ref):
+        fd_dir = os.path.join(self.proc_root, str(pid), "fd")
+        try:
+            names = os.listdir(fd_dir)
+        except (IOError, OSError):
+            return False
+        for name in names:
+            try:
+                if os.readlink(os.path.join(fd_dir, name)).strip() == ref:
+                    return True
+            except (IOError, OSError):
+                continue
+        return False
+
+    def _scan_owners(self):
+        # One pass over every process's fds: socket ref -> pids, plus the
+        # first scan error (an unreadable process hides a possible owner).
+        if self._owners is None:
+            owners, scan_error = {}, None
+            try:
+                entries = os.listdir(self.proc_root)
+            except (IOError, OSError) as err:
+                raise _Ambiguous("read /proc: %s" % (err.strerror or err))
+            for entry in entries:
+                if not entry.isdigit() or not os.path.isdir(os.path.join(self.proc_root, entry)):
+                    continue
+                fd_dir = os.path.join(self.proc_root, entry, "fd")
+                try:
+                    fds = os.listdir(fd_dir)
+                except (IOError, OSError) as err:
+                    if err.errno not in (errno.ENOENT, errno.ESRCH):
+                        scan_error = scan_error or "inspect process fds: %s: %s" % (fd_dir, err.strerror or err)
+                    continue
+                seen = set()
+                for fd in fds:
+                    try:
+                        target = os.readlink(os.path.join(fd_dir, fd)).strip()
+                    except (IOError, OSError) as err:
+                        if err.errno not in (errno.ENOENT, errno.ESRCH):
+                            scan_error = scan_error or "inspect process fds: %s: %s" % (fd_dir, err.strerror or err)
+                        continue
+                    if target.startswith("socket:[") and target not in seen:
+                        seen.add(target)
+                        owners.setdefault(target, []).append(int(entry))
+            self._owners = (owners, scan_error)
+        return self._owners
+
+    def _resolve_socket(self, socket_path, owner_pid):
+        ref = self._socket_ref(socket_path)
+        if owner_pid and self._holds(owner_pid, ref):
+            return owner_pid
+        owners_by_ref, scan_error = self._scan_owners()
+        owners = sorted(owners_by_ref.get(ref, []))
+        if owner_pid and owner_pid in owners:
+            return owner_pid
+        if len(owners) == 1:
+            return owners[0]
+        if len(owners) > 1:
+            raise _Ambiguous("resolve process pid for %s: multiple owning processes found: %s" % (ref, owners))
+        if scan_error:
+            raise _Ambiguous("resolve process pid for %s: %s" % (ref, scan_error))
+        raise _NoOwner("no process holds the listener of %s" % socket_path)
+
+    def check(self, inst):
+        """``(live, reason)`` for an instance dict (``pid``, ``start_time``, ``boot_id``, ``socket_path``)."""
+        pid, start_time, rec_boot, socket_path = inst.get("pid"), inst.get("start_time") or 0, \
+            inst.get("boot_id") or "", inst.get("socket_path") or ""
+        notes = []
+        stored = 0
+        if pid is not None:
+            if self.process_exists(pid):
+                stored = pid
+            else:
+                notes.append("recorded pid %d is gone or a zombie" % pid)
+        boot = self.boot_id()
+        if stored and rec_boot and boot and rec_boot != boot:
+            notes.append("recorded pid %d is from a previous boot" % stored)
+            stored = 0
+        if stored and start_time and rec_boot and boot and rec_boot == boot:
+            if self.start_time(stored) == start_time:
+                return True, "hypervisor pid %d is alive (boot id and start time match)" % stored
+            notes.append("pid %d was reused (start time differs)" % stored)
+            stored = 0
+        if not socket_path:
+            if stored:
+                return None, ("cannot confirm stored hypervisor pid %d without a socket path; "
+                              "hypeman counts it as live" % stored)
+            notes.append("no control socket recorded")
+            return False, "; ".join(notes) if notes else "no hypervisor pid or socket recorded"
+        try:
+            owner = self._resolve_socket(socket_path, stored if (stored and not start_time) else 0)
+        except _NoOwner as err:
+            notes.append(str(err))
+            return False, "; ".join(notes)
+        except _Ambiguous as err:
+            return None, "cannot confirm socket ownership (%s); hypeman counts it as live" % err
+        if self.process_exists(owner):
+            return True, "pid %d owns the control socket %s" % (owner, socket_path)
+        notes.append("socket owner %d has exited" % owner)
+        return False, "; ".join(notes)
+
+
+# --- hypeman API (reference §2.4, §2.5, §3.4) ----------------------------------
+
+
+def api_get(base_url, path, token=None, validate_certs=True, timeout=10, ca_path=None):
+    """GET ``base_url + path`` and decode JSON. Never raises for HTTP or network trouble.
+
+    Returns ``{url, reachable, status, error, data}``: ``reachable`` is True
+    when the server answered at all (even 401); ``error`` says what went wrong
+    in words an operator can act on. The token is sent as a bearer token and
+    never appears in a result.
+    """
+    # Imported here: urls costs ~80 ms and most callers never talk to the API.
+    from ansible.module_utils.urls import open_url
+
+    url = base_url.rstrip("/") + path
+    result = {"url": url, "reachable": False, "status": None, "error": None, "data": None}
+    headers = {"Accept": "application/json"}
+    if token:
+        headers["Authorization"] = "Bearer %s" % token
+    try:
+        response = open_url(url, method="GET", headers=headers, validate_certs=validate_certs,
+                            timeout=timeout, ca_path=ca_path, follow_redirects="safe")
+        body = response.read()
+        result["status"] = response.getcode()
+        result["reachable"] = True
+    except HTTPError as err:
+        result["reachable"] = True
+        result["status"] = err.code
+        hint = {401: " (check api_token)", 403: " (the token is not allowed to read this)"}.get(err.code, "")
+        result["error"] = "GET %s: HTTP %d %s%s" % (url, err.code, err.reason, hint)
+        return result
+    except socket.timeout:
+        result["error"] = "GET %s: no answer within %s seconds" % (url, timeout)
+        return result
+    except URLError as err:
+        reason = err.reason
+        if isinstance(reason, socket.timeout):
+            result["error"] = "GET %s: no answer within %s seconds" % (url, timeout)
+        else:
+            result["error"] = "GET %s: %s" % (url, getattr(reason, "strerror", None) or reason)
+        return result
+    except Exception as err:  # pylint: disable=broad-except  # ssl, http.client, ConnectionError
+        result["error"] = "GET %s: %s" % (url, err)
+        return result
+    try:
+        result["data"] = json.loads(body.decode("utf-8"))
+    except (ValueError, UnicodeDecodeError) as err:
+        result["error"] = "GET %s: response is not JSON: %s" % (url, err)
+    return result
+
+
+def api_instances(data):
+    """The instance list from ``GET /instances`` (a JSON array, or an object wrapping one)."""
+    if isinstance(data, list):
+        return data
+    if isinstance(data, dict):
+        for key in ("instances", "data", "items"):
+            if isinstance(data.get(key), list):
+                return data[key]
+    return None

@@ -1,0 +1,537 @@
+# -*- coding: utf-8 -*-
+# Copyright: hypeman.vgpu contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""hypeman's vGPU placement arithmetic and card ranking (standard library only).
+
+Given what :mod:`_sysfs` discovered, the instances :mod:`_hypeman` listed,
+the VF health store and the open device nodes, this computes what hypeman's
+``GET /resources`` reports (reference §2.3, §2.4) and which card and VFs its
+claim-variant selection would choose among for a profile (§2.1), plus per
+card and per VF facts an operator needs (drained, overflow-only, idle).
+
+Unknown is never reported as safe: a VF whose open-handle check failed is
+``held_open: None`` and keeps its card from being ``idle``.
+"""
+
+from __future__ import annotations
+
+import json
+
+from ansible_collections.hypeman.vgpu.plugins.module_utils import _hypeman, _proc, _store, _sysfs
+from ansible_collections.hypeman.vgpu.plugins.module_utils._errors import VgpuError
+
+DISABLED_PREFIX = "VF health state unavailable: "
+_NEWER_GPU_FIELDS = ("allocatable_slots", "quarantined_slots")
+
+
+class QuarantineView(object):
+    """The quarantine set placement uses.
+
+    ``reason`` is hypeman's ``placement_disabled_reason`` (store unavailable:
+    placement fails closed); ``quarantined`` holds VFs with ``quarantined_at``
+    plus those hypeman's load would quarantine at ``threshold`` (listed in
+    ``pending`` too); ``failures`` counts recorded failures per VF.
+    """
+
+    def __init__(self, quarantined=(), failures=None, pending=(), reason=None, threshold=None):
+        self.quarantined = set(quarantined)
+        self.failures = dict(failures or {})
+        self.pending = set(pending)
+        self.reason = reason
+        self.threshold = threshold
+
+    @property
+    def available(self):
+        return self.reason is None
+
+    @classmethod
+    def from_store(cls, store, threshold):
+        """Build from a ``_store.HealthStore`` (an invalid store disables placement)."""
+        if not store.valid:
+            return cls(reason=DISABLED_PREFIX + store.error, threshold=threshold)
+        pending = store.would_quarantine(threshold)
+        failures = dict((vf, len(record.failures)) for vf, record in store.records.items())
+        return cls(set(store.quarantined()) | set(pending), failures, pending, None, threshold)
+
+
+def _go_q(text):
+    return json.dumps(text)
+
+
+def host_view(sysfs_root, proc_root, dev_root, data_dir, store_path, config_path, profile=None):
+    """Read the host and compute the placement view: ``(result, warnings)``.
+
+    Reads the threshold from ``config_path``, discovers VFs and their cards,
+    lists instances with liveness, loads the store and scans /proc for open
+    device nodes, then calls :func:`compute`. Raises VgpuError when VFs
+    exist but none can be read, or when a directory every answer depends on
+    cannot be read. ``result["store"]`` describes the store used.
+    """
+    threshold, _source = _hypeman.read_quarantine_threshold(config_path)
+    discovery = _sysfs.discover(sysfs_root)
+    if discovery.error:
+        raise VgpuError(discovery.error, unreadable_vfs=discovery.unreadable)
+    cards = set(vf["parent"] for vf in discovery.vfs if vf["parent"])
+    cards.update(entry["parent"] for entry in discovery.unreadable if entry.get("parent"))
+    cards.update(_sysfs.list_sriov_gpus(sysfs_root))
+    parents = dict((card, _sysfs.read_parent(sysfs_root, card)) for card in cards)
+    instances, unreadable = _hypeman.list_instances(data_dir, proc_root)
+    store = _store.load_store(store_path)
+    quarantine = QuarantineView.from_store(store, threshold)
+    vf_nodes = dict((vf["address"], _sysfs.vfio_nodes(sysfs_root, dev_root, vf["address"])) for vf in discovery.vfs)
+    try:
+        holders = _proc.scan_device_holders(proc_root, dev_root, details=False)
+        open_paths, open_error = set(path for holder in holders for path in holder["paths"]), None
+    except VgpuError as err:
+        open_paths, open_error = None, err.msg
+    result = compute(discovery, parents, instances, unreadable, quarantine, vf_nodes, open_paths, open_error, profile)
+    result["store"] = {"path": store.path, "format": store.format, "valid": store.valid, "error": store.error}
+    return result, list(discovery.warnings)
+
+
+def compute(discovery, parents, instances, unreadable_metadata, quarantine, vf_nodes=None, open_paths=None,
+            open_error=None, profile=None):
+    """The placement view.
+
+    ``discovery``: :class:`_sysfs.Discovery`; ``parents``: address ->
+    :func:`_sysfs.read_parent` dict for every card to report; ``instances`` /
+    ``unreadable_metadata``: from :func:`_hypeman.list_instances`;
+    ``quarantine``: :class:`QuarantineView`; ``vf_nodes``: VF -> (device
+    paths, probe errors) from :func:`_sysfs.vfio_nodes`; ``open_paths``: the
+    set of device paths some process holds open (None with ``open_error``
+    when the /proc scan failed); ``profile``: what-if profile name.
+    Returns the module's result dict (without the ``api`` section).
+    """
+    return _Placement(discovery, parents, instances, unreadable_metadata, quarantine, vf_nodes or {},
+                      open_paths, open_error).result(profile)
+
+
+class _Placement(object):
+    def __init__(self, discovery, parents, instances, unreadable_metadata, quarantine, vf_nodes, open_paths,
+                 open_error):
+        self.discovery = discovery
+        self.framework = discovery.framework
+        self.parents = parents
+        self.instances = instances
+        self.unreadable_metadata = unreadable_metadata
+        # mdev hosts ignore the store entirely (reference §1.8): never quarantined, never disabled.
+        if self.framework != _sysfs.FRAMEWORK_VENDOR_VFIO:
+            quarantine = QuarantineView(threshold=quarantine.threshold)
+        self.quarantine = quarantine
+        self.vfs = discovery.vfs
+        self.vf_by_addr = dict((vf["address"], vf) for vf in self.vfs)
+        self.vf_nodes = vf_nodes
+        self.open_paths = open_paths
+        self.open_error = open_error
+        self.claims = self._claims()
+        self.types_by_id, self.profiles_by_name = self._profile_union()
+
+    # -- inputs ----------------------------------------------------------------------
+    def _claims(self):
+        """VF -> instance ids whose metadata claims it (any non-empty GPUDevicePath counts)."""
+        mdev_owner = {}
+        for vf in self.vfs:
+            for uuid in vf.get("mdev_uuids") or []:
+                mdev_owner[uuid] = vf["address"]
+        claims = {}
+        for inst in self.instances:
+            if not inst.get("device_path"):
+                continue
+            address = inst.get("vf_address") or mdev_owner.get(inst.get("mdev_uuid"))
+            if address is None and inst.get("device_path"):
+                address = mdev_owner.get(inst["device_path"].rstrip("/").rsplit("/", 1)[-1])
+            if address:
+                claims.setdefault(address, []).append(inst)
+        return claims
+
+    def _profile_union(self):
+        """Type id -> profile and name -> profile over every readable creatable list."""
+        by_id, by_name = {}, {}
+        if self.framework == _sysfs.FRAMEWORK_MDEV:
+            for prof in self.discovery.mdev_profiles:
+                by_id[prof["id"]] = prof
+                by_name[prof["name"]] = prof
+            return by_id, by_name
+        for vf in self.vfs:
+            for prof in vf.get("creatable") or []:
+                by_id[prof["id"]] = prof
+                by_name[prof["name"]] = prof
+        return by_id, by_name
+
+    # -- per VF ----------------------------------------------------------------------
+    def _quarantined(self, address):
+        if not self.quarantine.available:
+            return None
+        return address in self.quarantine.quarantined
+
+    def _held_open(self, address):
+        """hypeman's vfioDeviceInUse: open wins; otherwise a probe or scan error is unknown."""
+        paths, errors = self.vf_nodes.get(address, ([], []))
+        if self.open_paths is not None and any(p in self.open_paths for p in paths):
+            return True, None
+        if self.open_paths is None:
+            return None, self.open_error or "open device scan not run"
+        if errors:
+            return None, "; ".join(errors)
+        return False, None
+
+    def _vf_view(self, vf):
+        address = vf["address"]
+        claimants = self.claims.get(address, [])
+        held, held_error = self._held_open(address)
+        quarantined = self._quarantined(address)
+        current_profile = None
+        if vf["allocated"]:
+            known = self.types_by_id.get(vf["current_type"])
+            if known:
+                current_profile = known["name"]
+            elif len(claimants) == 1 and claimants[0].get("profile"):
+                current_profile = claimants[0]["profile"]
+        current_type = vf["current_type"]
+        if self.framework == _sysfs.FRAMEWORK_VENDOR_VFIO:
+            current_type = int(current_type)
+        return {
+            "address": address,
+            "parent": vf["parent"],
+            "current_type": current_type,
+            "current_profile": current_profile,
+            "creatable": None if vf.get("creatable") is None else [p["name"] for p in vf["creatable"]],
+            "creatable_error": vf.get("creatable_error"),
+            "allocated": vf["allocated"],
+            "dirty": vf["allocated"] and not claimants,
+            "claimed_by": sorted(inst["id"] for inst in claimants),
+            "quarantined": quarantined,
+            "quarantine_pending": address in self.quarantine.pending if self.quarantine.available else None,
+            "failures": self.quarantine.failures.get(address, 0) if self.quarantine.available else None,
+            "held_open": held,
+            "held_open_error": held_error,
+            "allocatable": bool(quarantined is False and not vf["allocated"]),
+        }
+
+    # -- slots and profiles (reference §2.3) -----------------------------------------------
+    def _slots(self, vf_views):
+        total = len(vf_views)
+        used = sum(1 for v in vf_views if v["allocated"])
+        if not self.quarantine.available:
+            return {"total": total, "used": used, "allocatable": 0, "quarantined": 0}
+        return {"total": total, "used": used,
+                "allocatable": sum(1 for v in vf_views if v["allocatable"]),
+                "quarantined": sum(1 for v in vf_views if v["quarantined"])}
+
+    def _profiles(self):
+        if not self.quarantine.available or self.framework == _sysfs.FRAMEWORK_NONE:
+            return []
+        if self.framework == _sysfs.FRAMEWORK_MDEV:
+            out = []
+            for prof in self.discovery.mdev_profiles:
+                count = 0
+                for vf in self.vfs:
+                    if vf["allocated"]:
+                        continue
+                    count += _mdev_available(vf, prof["id"])
+                out.append({"name": prof["name"], "framebuffer_mb": prof["framebuffer_mb"], "available": count})
+            return out
+        available = {}
+        for vf in self.vfs:
+            if vf["allocated"] or vf["address"] in self.quarantine.quarantined:
+                continue
+            for prof in vf.get("creatable") or []:
+                available[prof["id"]] = available.get(prof["id"], 0) + 1
+        profiles = sorted(self.types_by_id.values(), key=lambda p: p["name"])
+        return [{"name": p["name"], "framebuffer_mb": p["framebuffer_mb"], "available": available.get(p["id"], 0)}
+                for p in profiles]
+
+    # -- cards -----------------------------------------------------------------------------
+    def _usage(self):
+        """GPU -> (framebuffer MB in use, usage fully known), as hypeman computes load."""
+        usage, unknown = {}, set()
+        if self.framework == _sysfs.FRAMEWORK_MDEV:
+            for vf in self.vfs:
+                if vf["allocated"]:
+                    prof = self.types_by_id.get(vf["current_type"])
+                    usage[vf["parent"]] = usage.get(vf["parent"], 0) + (prof["framebuffer_mb"] if prof else 0)
+            return usage, unknown
+        for address, claimants in self.claims.items():
+            vf = self.vf_by_addr.get(address)
+            if vf is None:
+                continue
+            for inst in claimants:
+                prof = self.profiles_by_name.get(inst.get("profile") or "")
+                if prof is None:
+                    unknown.add(vf["parent"])
+                else:
+                    usage[vf["parent"]] = usage.get(vf["parent"], 0) + prof["framebuffer_mb"]
+        return usage, unknown
+
+    def _rank_key(self, gpu, quarantined_by_gpu, usage, unknown):
+        if self.framework == _sysfs.FRAMEWORK_MDEV:
+            return (usage.get(gpu, 0), gpu or "")
+        return (quarantined_by_gpu.get(gpu, 0), gpu in unknown, usage.get(gpu, 0), gpu or "")
+
+    def _gpus(self, vf_views):
+        by_gpu = {}
+        for view in vf_views:
+            by_gpu.setdefault(view["parent"], []).append(view)
+        unreadable_by_gpu = {}
+        for entry in self.discovery.unreadable:
+            unreadable_by_gpu.setdefault(entry.get("parent"), []).append(entry["address"])
+        addresses = set(by_gpu) | set(self.parents) | set(unreadable_by_gpu)
+        usage, unknown = self._usage()
+        quarantined_by_gpu = dict((gpu, sum(1 for v in views if v["quarantined"])) for gpu, views in by_gpu.items())
+        ranked = sorted((g for g in by_gpu), key=lambda g: self._rank_key(g, quarantined_by_gpu, usage, unknown))
+        rank = dict((gpu, index + 1) for index, gpu in enumerate(ranked))
+        gpus = []
+        for gpu in sorted(addresses, key=lambda a: a or ""):
+            gpus.append(self._gpu_view(gpu, by_gpu.get(gpu, []), unreadable_by_gpu.get(gpu, []),
+                                       usage, unknown, rank.get(gpu)))
+        return gpus
+
+    def _gpu_view(self, gpu, views, unreadable_vfs, usage, unknown, rank):
+        parent = self.parents.get(gpu) or {}
+        total = len(views)
+        allocated = sum(1 for v in views if v["allocated"])
+        claimed = sum(1 for v in views if v["claimed_by"])
+        held_values = [v["held_open"] for v in views]
+        held_open = None if None in held_values else sum(1 for h in held_values if h)
+        if self.quarantine.available:
+            quarantined = sum(1 for v in views if v["quarantined"])
+            allocatable = sum(1 for v in views if v["allocatable"])
+            drained = total > 0 and quarantined == total
+            overflow_only = 0 < quarantined < total
+        else:
+            quarantined, allocatable, drained, overflow_only = None, 0, None, None
+        instances = sorted(set(i for v in views for i in v["claimed_by"]))
+        live = []
+        for vf in [v["address"] for v in views]:
+            for inst in self.claims.get(vf, []):
+                if inst.get("live") is not False:
+                    live.append(inst["id"])
+        blockers = []
+        for view in views:
+            if view["allocated"]:
+                blockers.append("VF %s is allocated (current type %s)" % (view["address"], view["current_type"]))
+            if view["claimed_by"]:
+                blockers.append("VF %s is claimed by %s" % (view["address"], ", ".join(view["claimed_by"])))
+            if view["held_open"]:
+                blockers.append("VF %s is held open" % view["address"])
+            elif view["held_open"] is None:
+                blockers.append("VF %s: open handles unknown (%s)" % (view["address"], view["held_open_error"]))
+        for address in unreadable_vfs:
+            blockers.append("VF %s is unreadable" % address)
+        virtfns = set(v["address"] for v in parent.get("virtfns", []))
+        for address, claimants in sorted(self.claims.items()):
+            if address not in self.vf_by_addr and address in virtfns:
+                blockers.append("VF %s is claimed by %s" % (address, ", ".join(sorted(i["id"] for i in claimants))))
+        if self.unreadable_metadata:
+            blockers.append("%d instance metadata file(s) unreadable; any of them may claim a VF of this card"
+                            % len(self.unreadable_metadata))
+        if gpu is None:
+            blockers.append("VFs without a readable physfn link: parent unknown")
+        return {
+            "address": gpu,
+            "vendor_id": parent.get("vendor_id"),
+            "device_id": parent.get("device_id"),
+            "vfs": [v["address"] for v in views],
+            "vf_total": total,
+            "unreadable_vfs": list(unreadable_vfs),
+            "sriov_numvfs": parent.get("sriov_numvfs"),
+            "sriov_totalvfs": parent.get("sriov_totalvfs"),
+            "virtfns": len(parent.get("virtfns", [])),
+            "quarantined": quarantined,
+            "claimed": claimed,
+            "allocated": allocated,
+            "dirty": sum(1 for v in views if v["dirty"]),
+            "held_open": held_open,
+            "allocatable": allocatable,
+            "framebuffer_used_mb": usage.get(gpu, 0),
+            "usage_known": gpu not in unknown,
+            "rank": rank if self.quarantine.available else None,
+            "overflow_only": overflow_only,
+            "drained": drained,
+            "idle": not blockers,
+            "idle_blockers": blockers,
+            "instances": instances,
+            "live_instances": sorted(set(live)),
+            "errors": list(parent.get("errors", [])),
+        }
+
+    # -- what-if (reference §2.1) ------------------------------------------------------------
+    def _candidates(self, profile, slots):
+        out = {"profile": profile, "type_id": None, "framebuffer_mb": None, "gpu": None, "vfs": [],
+               "clean": None, "ranking": [], "reason": None}
+        if self.framework == _sysfs.FRAMEWORK_NONE:
+            out["reason"] = "vGPU framework not available"
+            return out
+        if not self.quarantine.available:
+            out["reason"] = "vGPU placement is disabled: %s" % self.quarantine.reason
+            return out
+        if slots["allocatable"] == 0:
+            out["reason"] = "no allocatable vgpu slots"
+            return out
+        if self.framework == _sysfs.FRAMEWORK_MDEV:
+            return self._mdev_candidates(profile, out)
+        if self.unreadable_metadata:
+            first = self.unreadable_metadata[0]
+            out["reason"] = "list instances for vGPU allocation: %s: %s" % (first["path"], first["error"])
+            return out
+        requested = self.profiles_by_name.get(profile)
+        if requested is None:
+            if not self.profiles_by_name and self.vfs:
+                out["reason"] = ("no creatable vGPU profiles on any VF (GPUs at capacity or dirty VFs consuming "
+                                 "framebuffer): profile %s" % _go_q(profile))
+            else:
+                out["reason"] = ("profile %s is not creatable on any VF (unknown profile or insufficient capacity)"
+                                 % _go_q(profile))
+            return self._with_dirty_note(out)
+        out["type_id"] = int(requested["id"])
+        out["framebuffer_mb"] = requested["framebuffer_mb"]
+        usage, unknown = self._usage()
+        type_id = requested["id"]
+        advertises = dict((vf["address"], set(p["id"] for p in vf.get("creatable") or [])) for vf in self.vfs)
+        parent_advertises = set(vf["parent"] for vf in self.vfs if type_id in advertises[vf["address"]])
+        quarantined_by_gpu, free_by_gpu = {}, {}
+        for vf in self.vfs:
+            if vf["address"] in self.quarantine.quarantined:
+                quarantined_by_gpu[vf["parent"]] = quarantined_by_gpu.get(vf["parent"], 0) + 1
+                continue
+            if vf["address"] in self.claims:
+                continue
+            direct = type_id in advertises[vf["address"]]
+            repairable = vf["allocated"] and (vf["current_type"] == type_id or vf["parent"] in parent_advertises)
+            if direct or repairable:
+                free_by_gpu.setdefault(vf["parent"], []).append(vf)
+        for gpu in free_by_gpu:
+            free_by_gpu[gpu].sort(key=lambda v: (v["allocated"], v["address"]))
+        order = sorted(free_by_gpu, key=lambda g: self._rank_key(g, quarantined_by_gpu, usage, unknown))
+        out["ranking"] = [{"gpu": gpu, "quarantined": quarantined_by_gpu.get(gpu, 0), "usage_known": gpu not in unknown,
+                           "framebuffer_used_mb": usage.get(gpu, 0), "candidates": len(free_by_gpu[gpu])}
+                          for gpu in order]
+        if not order:
+            out["reason"] = "no available VF for profile %s" % _go_q(profile)
+            return self._with_dirty_note(out)
+        winners = free_by_gpu[order[0]]
+        leading = [v for v in winners if v["allocated"] == winners[0]["allocated"]]
+        out["gpu"] = order[0]
+        out["vfs"] = [v["address"] for v in leading]
+        out["clean"] = not leading[0]["allocated"]
+        return out
+
+    def _with_dirty_note(self, out):
+        dirty = [vf["address"] for vf in self.vfs if vf["allocated"] and vf["address"] not in self.claims]
+        if dirty:
+            out["reason"] += ("; hypeman first resets %d dirty unclaimed VF(s) (%s) when nothing holds them open, "
+                              "then retries" % (len(dirty), ", ".join(dirty)))
+        return out
+
+    def _mdev_candidates(self, profile, out):
+        """hypeman's mdev CreateMdev: least framebuffer in use first, the first free VF that can create it."""
+        if not self.vfs:
+            out["reason"] = "no VFs available"
+            return out
+        first = self.vfs[0]["address"]
+        prof = None
+        for candidate in self.discovery.mdev_profiles:
+            if candidate["name"] == profile:
+                prof = candidate
+                break
+        if prof is None:
+            out["reason"] = "profile %s not found (on VF %s)" % (_go_q(profile), first)
+            return out
+        out["type_id"] = prof["id"]
+        out["framebuffer_mb"] = prof["framebuffer_mb"]
+        usage, _unknown = self._usage()
+        gpus = sorted(set(vf["parent"] for vf in self.vfs), key=lambda g: (usage.get(g, 0), g or ""))
+        for gpu in gpus:
+            free = [vf for vf in self.vfs if vf["parent"] == gpu and not vf["allocated"]
+                    and _mdev_available(vf, prof["id"]) >= 1]
+            out["ranking"].append({"gpu": gpu, "quarantined": 0, "usage_known": True,
+                                   "framebuffer_used_mb": usage.get(gpu, 0), "candidates": len(free)})
+        for entry in out["ranking"]:
+            if entry["candidates"]:
+                gpu = entry["gpu"]
+                vf = [v for v in self.vfs if v["parent"] == gpu and not v["allocated"]
+                      and _mdev_available(v, prof["id"]) >= 1][0]
+                out["gpu"], out["vfs"], out["clean"] = gpu, [vf["address"]], True
+                return out
+        out["reason"] = "no available VF for profile %s" % _go_q(profile)
+        return out
+
+    # -- result ------------------------------------------------------------------------------
+    def result(self, profile):
+        vf_views = [self._vf_view(vf) for vf in self.vfs]
+        slots = self._slots(vf_views)
+        result = {
+            "framework": self.framework,
+            "placement_disabled_reason": self.quarantine.reason,
+            "threshold": self.quarantine.threshold,
+            "slots": slots,
+            "profiles": self._profiles(),
+            "gpus": self._gpus(vf_views),
+            "vfs": vf_views,
+            "unreadable_vfs": list(self.discovery.unreadable),
+            "unreadable_metadata": list(self.unreadable_metadata),
+            "pending_quarantine": sorted(self.quarantine.pending) if self.quarantine.available else [],
+            "held_open_error": self.open_error,
+            "candidates": None,
+        }
+        if profile is not None:
+            result["candidates"] = self._candidates(profile, slots)
+        return result
+
+
+def _mdev_available(vf, type_name):
+    """An mdev VF's ``available_instances`` for a type (0 when it cannot create it)."""
+    for prof in vf.get("creatable") or []:
+        if prof["id"] == type_name:
+            return prof.get("available", 1)
+    return 0
+
+
+def compare_with_api(result, api_gpu):
+    """Mismatches between our view and hypeman's ``/resources`` ``gpu`` object.
+
+    Returns ``(mismatches, missing_fields)``: ``[{field, local, api}]`` and the
+    newer fields an older hypeman does not send (not counted as mismatches).
+    """
+    mismatches, missing = [], []
+    local_total = result["slots"]["total"]
+    if api_gpu is None:
+        if result["framework"] != _sysfs.FRAMEWORK_NONE and local_total:
+            mismatches.append({"field": "gpu", "local": "vgpu", "api": None})
+        return mismatches, missing
+    if not isinstance(api_gpu, dict):
+        mismatches.append({"field": "gpu", "local": "vgpu", "api": api_gpu})
+        return mismatches, missing
+    if result["framework"] == _sysfs.FRAMEWORK_NONE:
+        mismatches.append({"field": "mode", "local": None, "api": api_gpu.get("mode")})
+        return mismatches, missing
+    if api_gpu.get("mode") != "vgpu":
+        mismatches.append({"field": "mode", "local": "vgpu", "api": api_gpu.get("mode")})
+    slots = result["slots"]
+    for field, local in (("total_slots", slots["total"]), ("used_slots", slots["used"]),
+                         ("allocatable_slots", slots["allocatable"]), ("quarantined_slots", slots["quarantined"])):
+        if field not in api_gpu:
+            if field in _NEWER_GPU_FIELDS:
+                missing.append(field)
+            else:
+                mismatches.append({"field": field, "local": local, "api": None})
+            continue
+        if api_gpu[field] != local:
+            mismatches.append({"field": field, "local": local, "api": api_gpu[field]})
+    api_reason = api_gpu.get("placement_disabled_reason") or None
+    if api_reason != result["placement_disabled_reason"]:
+        mismatches.append({"field": "placement_disabled_reason", "local": result["placement_disabled_reason"],
+                           "api": api_reason})
+    api_profiles = {}
+    for prof in api_gpu.get("profiles") or []:
+        if isinstance(prof, dict) and "name" in prof:
+            api_profiles[prof["name"]] = prof
+    local_profiles = dict((p["name"], p) for p in result["profiles"])
+    for name in sorted(set(api_profiles) | set(local_profiles)):
+        local, api = local_profiles.get(name), api_profiles.get(name)
+        for key in ("available", "framebuffer_mb"):
+            lval = local.get(key) if local else None
+            aval = api.get(key) if api else None
+            if lval != aval:
+                mismatches.append({"field": "profiles[%s].%s" % (name, key), "local": lval, "api": aval})
+    return mismatches, missing

@@ -1,0 +1,226 @@
+# -*- coding: utf-8 -*-
+# Copyright: hypeman.vgpu contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""Processes on the host, read from a configurable ``proc_root`` (stdlib only)."""
+
+from __future__ import annotations
+
+import errno
+import os
+
+from ansible_collections.hypeman.vgpu.plugins.module_utils import _sysfs
+from ansible_collections.hypeman.vgpu.plugins.module_utils._errors import VgpuError
+
+# Errors that mean "this process exited while we looked": skip it.
+_GONE = (errno.ENOENT, errno.ESRCH)
+
+
+def _read_proc_file(path):
+    with open(path, "rb") as handle:
+        return handle.read()
+
+
+def find_processes(proc_root, names):
+    """Processes whose ``comm`` or argv[0] basename is in ``names``.
+
+    Returns ``[{pid, comm, cmdline}]`` sorted by pid (``cmdline`` is the
+    arguments joined by spaces). A process that exits during the scan is
+    ignored; any other unreadable entry raises VgpuError.
+    """
+    wanted = set(names)
+    try:
+        pids = sorted(int(name) for name in os.listdir(proc_root) if name.isdigit())
+    except (IOError, OSError) as err:
+        raise VgpuError("cannot list processes in %s: %s" % (proc_root, err.strerror or err))
+    found = []
+    for pid in pids:
+        base = os.path.join(proc_root, str(pid))
+        try:
+            comm = _read_proc_file(os.path.join(base, "comm")).decode("utf-8", "replace").rstrip("\n")
+            argv = _read_proc_file(os.path.join(base, "cmdline")).decode("utf-8", "replace").split("\0")
+        except (IOError, OSError) as err:
+            if err.errno in _GONE:
+                continue
+            raise VgpuError("cannot read process %s: %s" % (base, err.strerror or err))
+        while argv and argv[-1] == "":
+            argv.pop()
+        argv0 = os.path.basename(argv[0]) if argv else ""
+        if comm in wanted or argv0 in wanted:
+            found.append({"pid": pid, "comm": comm, "cmdline": " ".join(argv)})
+    return found
+
+
+# --- device holders (who holds GPU device nodes open) ---------------------------
+#
+# hypeman's in-use check and sriov-manage's "Cannot obtain unbindLock" both come
+# down to open file descriptors on /dev/nvidia* and /dev/vfio/*. This scan reads
+# every <proc_root>/<pid>/fd link once, like hypeman's openVFIOPaths: a process
+# that exits mid-scan holds nothing and is skipped; any other unreadable entry
+# fails the scan, because a partial answer could wrongly say "nothing holds it".
+
+_UNIT_SUFFIXES = (".service", ".scope", ".socket", ".mount", ".swap", ".timer")
+CARD_NODE_PREFIX = "nvidia"
+
+
+def is_gpu_node(rel_path):
+    """True for a path (relative to dev_root) of an NVIDIA or VFIO device node."""
+    return rel_path.startswith(CARD_NODE_PREFIX) or rel_path.startswith("vfio/")
+
+
+def unit_from_cgroup(text):
+    """The systemd unit a process runs in, from ``/proc/<pid>/cgroup`` text, or None.
+
+    Uses the unified (``0::``) or ``name=systemd`` hierarchy and takes the
+    deepest path component that names a unit (``.service``, ``.scope``, ...).
+    """
+    paths = []
+    for line in text.splitlines():
+        parts = line.split(":", 2)
+        if len(parts) != 3:
+            continue
+        hierarchy, controllers, path = parts
+        if (hierarchy == "0" and controllers == "") or "name=systemd" in controllers.split(","):
+            paths.append(path)
+    for path in paths:
+        for component in reversed(path.split("/")):
+            if component.endswith(_UNIT_SUFFIXES):
+                return component
+    return None
+
+
+def _optional_text(path):
+    """File text, or None when unreadable (identity details are informative only)."""
+    try:
+        return _read_proc_file(path).decode("utf-8", "replace")
+    except (IOError, OSError):
+        return None
+
+
+def scan_device_holders(proc_root, dev_root, details=True):
+    """Every process holding an ``nvidia*`` or ``vfio/*`` node under ``dev_root`` open.
+
+    Returns ``[{pid, command, cmdline, unit, paths}]`` sorted by pid, ``paths``
+    being the open node paths (as the fd links name them) sorted; without
+    ``details`` only ``pid`` and ``paths``. Raises VgpuError naming the entry
+    when ``proc_root`` or a live process's fds cannot be read.
+    """
+    prefix = dev_root.rstrip("/") + "/"
+    try:
+        entries = os.listdir(proc_root)
+    except (IOError, OSError) as err:
+        raise VgpuError("cannot list processes in %s: %s" % (proc_root, err.strerror or err))
+    holders = []
+    for name in sorted((n for n in entries if n.isdigit()), key=int):
+        fd_dir = "%s/%s/fd" % (proc_root, name)
+        try:
+            fds = os.listdir(fd_dir)
+        except (IOError, OSError) as err:
+            if err.errno in _GONE:
+                continue
+            raise VgpuError("read process %s file descriptors: %s: %s" % (name, fd_dir, err.strerror or err),
+                            proc_entry=fd_dir)
+        paths = set()
+        for fd in fds:
+            link = fd_dir + "/" + fd
+            try:
+                target = os.readlink(link)
+            except (IOError, OSError) as err:
+                if err.errno in _GONE:
+                    continue
+                raise VgpuError("read process %s file descriptor %s: %s: %s" % (name, fd, link, err.strerror or err),
+                                proc_entry=link)
+            if target.startswith(prefix) and is_gpu_node(target[len(prefix):]):
+                paths.add(target)
+        if not paths:
+            continue
+        if not details:
+            holders.append({"pid": int(name), "paths": sorted(paths)})
+            continue
+        base = os.path.join(proc_root, name)
+        comm = _optional_text(os.path.join(base, "comm"))
+        cmdline = _optional_text(os.path.join(base, "cmdline"))
+        cgroup = _optional_text(os.path.join(base, "cgroup"))
+        holders.append({
+            "pid": int(name),
+            "command": comm.rstrip("\n") if comm is not None else None,
+            "cmdline": " ".join(a for a in cmdline.split("\0") if a) if cmdline is not None else None,
+            "unit": unit_from_cgroup(cgroup) if cgroup is not None else None,
+            "paths": sorted(paths),
+        })
+    return holders
+
+
+def nvidia_minor(proc_root, address):
+    """The ``/dev/nvidia<N>`` minor of a GPU from the driver's ``information`` file, or None."""
+    text = _optional_text(os.path.join(proc_root, "driver", "nvidia", "gpus", address, "information"))
+    if text is None:
+        return None
+    for line in text.splitlines():
+        key, _sep, value = line.partition(":")
+        if key.strip() == "Device Minor":
+            value = value.strip()
+            return int(value) if value.isdigit() else None
+    return None
+
+
+def card_node_kind(rel_path, minor):
+    """How a node (relative to dev_root) relates to one card with ``minor``.
+
+    ``card`` for its own ``nvidia<minor>`` (any ``nvidia<N>`` when the minor
+    is unknown), ``shared`` for control nodes every card uses
+    (``nvidiactl``, ``nvidia-uvm``, ``nvidia-caps/*``, ...), ``other`` for
+    another card's node, ``vfio`` for VFIO nodes (matched per VF by callers).
+    """
+    if rel_path.startswith("vfio/"):
+        return "vfio"
+    rest = rel_path[len(CARD_NODE_PREFIX):]
+    if rest.isdigit():
+        return "card" if minor is None or int(rest) == minor else "other"
+    return "shared"
+
+
+def card_nodes(sysfs_root, proc_root, dev_root, address):
+    """The device nodes that belong to one card.
+
+    Returns ``{minor, card, vfio, errors}``: ``card`` is ``<dev_root>/nvidia<minor>``
+    (None when the minor is unknown: then every ``nvidia<N>`` node counts),
+    ``vfio`` the VFIO nodes of the card and each of its VFs (``virtfn*``),
+    ``errors`` what could not be read.
+    """
+    minor = nvidia_minor(proc_root, address)
+    parent = _sysfs.read_parent(sysfs_root, address)
+    errors = list(parent["errors"])
+    vfio = set()
+    for function in [address] + [v["address"] for v in parent["virtfns"]]:
+        paths, probe_errors = _sysfs.vfio_nodes(sysfs_root, dev_root, function)
+        vfio.update(paths)
+        errors.extend(probe_errors)
+    card = os.path.join(dev_root, "%s%d" % (CARD_NODE_PREFIX, minor)) if minor is not None else None
+    return {"minor": minor, "card": card, "vfio": sorted(vfio), "errors": errors, "exists": parent["exists"]}
+
+
+def card_holders(holders, nodes, dev_root, include_shared=True):
+    """Holders (from :func:`scan_device_holders`) of one card's nodes (from :func:`card_nodes`).
+
+    Each kept holder gets ``card_paths`` (its own ``nvidia<minor>`` and VFIO
+    nodes) and ``shared_only`` (it holds only control nodes every card uses,
+    such as ``nvidiactl``). Holders of other cards' nodes only are dropped.
+    """
+    prefix = dev_root.rstrip("/") + "/"
+    vfio = set(nodes["vfio"])
+    kept = []
+    for holder in holders:
+        own, shared = [], []
+        for path in holder["paths"]:
+            kind = card_node_kind(path[len(prefix):], nodes["minor"]) if path.startswith(prefix) else "other"
+            if kind == "card" or (kind == "vfio" and path in vfio):
+                own.append(path)
+            elif kind == "shared":
+                shared.append(path)
+        if own or (shared and include_shared):
+            entry = dict(holder)
+            entry["paths"] = sorted(own + shared)
+            entry["card_paths"] = sorted(own)
+            entry["shared_only"] = not own
+            kept.append(entry)
+    return kept

@@ -1,0 +1,820 @@
+# -*- coding: utf-8 -*-
+# Copyright: hypeman.vgpu contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""Guest-log sentinel: hypeman's guest-agent GPU init markers in serial logs.
+
+Reads each instance's ``logs/app.log`` (plus ``app.log.1`` after a
+copytruncate rotation and the ``app.log.prev.<ns>`` archives of earlier boots)
+the way hypeman's app.log sentinel did, and keeps a durable cursor per
+instance in ``state_dir`` so a later run reads only new bytes. Standard
+library only.
+
+Terms used below:
+
+* *marker*: a complete, standalone guest-agent line that hypeman's anchored
+  patterns accept (reference §5.2). Nothing else counts.
+* *verdict*: per current assignment (VF, assigned_at), the last attributed
+  marker seen so far (``failed`` or ``ok``), plus whether it was recorded in
+  the VF health store. Looking at evidence never consumes it: a findings-only
+  run moves cursors but leaves the verdict unrecorded for a later
+  ``record`` run.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import errno
+import fcntl
+import hashlib
+import json
+import os
+import re
+import stat
+import tempfile
+
+from ansible_collections.hypeman.vgpu.plugins.module_utils import _hypeman
+from ansible_collections.hypeman.vgpu.plugins.module_utils._errors import VgpuError
+from ansible_collections.hypeman.vgpu.plugins.module_utils._gotime import parse_rfc3339
+
+MARKER_PREFIX = b"HYPEMAN-GPU-INIT-"
+MAX_LINE_BYTES = 64 * 1024  # hypeman's sentinel skipped longer lines
+BLOCK_BYTES = 1 << 20
+FINGERPRINT_BYTES = 4096  # bytes before a cursor that must be unchanged to resume there
+STATE_VERSION = 1
+STATE_SUBDIR = "sentinel"
+VENDOR_VFIO = "vendor-vfio"
+
+# hypeman's newest L1 patterns (reference §5.2), applied to one line without
+# its "\n". Go's \d and \S are ASCII classes; \S is written out because
+# Python's also excludes \v, Go's does not.
+_PREFIX = rb"[0-9]{4}/[0-9]{2}/[0-9]{2} [0-9]{2}:[0-9]{2}:[0-9]{2} \[guest-agent\] "
+_GO_NOT_SPACE = rb"[^\t\n\f\r ]+"
+_FAILED_RE = re.compile(
+    _PREFIX + rb"HYPEMAN-GPU-INIT-FAILED ts=(" + _GO_NOT_SPACE
+    + rb") nvrm=\"(NVRM: [^\"\r\n]*RmInitAdapter failed![^\"\r\n]*)\"\r?")
+_OK_RE = re.compile(_PREFIX + rb"HYPEMAN-GPU-INIT-OK ts=(" + _GO_NOT_SPACE + rb")\r?")
+_ARCHIVE_RE = re.compile(r"^app\.log\.prev\.([0-9]+)$")
+_SAFE_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,254}$")
+
+
+class Marker(object):
+    """One marker line: ``verdict`` (failed/ok), ``ts`` and ``nvrm`` as written."""
+
+    __slots__ = ("verdict", "ts", "nvrm", "file")
+
+    def __init__(self, verdict, ts, nvrm, file=None):
+        self.verdict = verdict
+        self.ts = ts
+        self.nvrm = nvrm
+        self.file = file
+
+    def key(self):
+        """What makes two marker lines the same report (the agent prints 3 copies)."""
+        return (self.verdict, self.ts, self.nvrm)
+
+    def __repr__(self):
+        return "Marker(%r, %r, %r, %r)" % (self.verdict, self.ts, self.nvrm, self.file)
+
+
+def _text(raw):
+    return bytes(raw).decode("utf-8", "replace")
+
+
+def match_marker(line):
+    """The :class:`Marker` on ``line`` (bytes, without "\\n"), or None.
+
+    Only a complete guest-agent line counts: log prefix, ``[guest-agent]``,
+    marker, fields, nothing after (one trailing CR allowed, as in hypeman).
+    """
+    if len(line) > MAX_LINE_BYTES or MARKER_PREFIX not in line:
+        return None
+    match = _FAILED_RE.fullmatch(line)
+    if match:
+        return Marker("failed", _text(match.group(1)), _text(match.group(2)))
+    match = _OK_RE.fullmatch(line)
+    if match:
+        return Marker("ok", _text(match.group(1)), None)
+    return None
+
+
+class MarkerReader(object):
+    """Finds marker lines in a byte stream fed block by block.
+
+    Only the line in progress is carried between blocks, and only while it is
+    at most MAX_LINE_BYTES long: a longer line is skipped up to its newline
+    without being kept, so a 10 MB line costs no memory. A final line without
+    its newline is not a complete line; it stays ``partial`` until the rest
+    arrives (in a later block, file or run).
+    """
+
+    def __init__(self, partial=b"", overlong=False):
+        self.partial = partial
+        self.overlong = overlong
+        self.markers = []
+        self.source = None
+
+    def reset_line(self):
+        """Drop the line in progress (the next byte starts a new line)."""
+        self.partial = b""
+        self.overlong = False
+
+    def _line(self, line):
+        marker = match_marker(line)
+        if marker is not None:
+            marker.file = self.source
+            self.markers.append(marker)
+
+    def _extend(self, buf, start, end):
+        if self.overlong:
+            return
+        if len(self.partial) + (end - start) > MAX_LINE_BYTES:
+            self.partial = b""
+            self.overlong = True
+        else:
+            self.partial += bytes(buf[start:end])
+
+    def feed(self, buf, size):
+        """Consume ``buf[:size]`` (bytes or bytearray)."""
+        first_nl = buf.find(b"\n", 0, size)
+        if first_nl < 0:
+            self._extend(buf, 0, size)
+            return
+        start = 0
+        if self.overlong or self.partial:
+            # Finish the line that began in an earlier block.
+            if not self.overlong and len(self.partial) + first_nl <= MAX_LINE_BYTES:
+                self._line(self.partial + bytes(buf[:first_nl]))
+            self.reset_line()
+            start = first_nl + 1
+        last_nl = buf.rfind(b"\n", start, size)
+        if last_nl >= start:
+            end = last_nl + 1  # [start, end) holds whole lines only
+            pos = buf.find(MARKER_PREFIX, start, end)
+            while pos >= 0:
+                line_start = buf.rfind(b"\n", start, pos) + 1 or start
+                line_end = buf.find(b"\n", pos, end)
+                if line_end - line_start <= MAX_LINE_BYTES:
+                    self._line(bytes(buf[line_start:line_end]))
+                pos = buf.find(MARKER_PREFIX, line_end + 1, end)
+            start = end
+        if start < size:
+            self._extend(buf, start, size)
+
+
+# --- files -----------------------------------------------------------------------
+
+
+class LogError(Exception):
+    """A log that exists but cannot be read as a regular file."""
+
+
+def _open_regular(path):
+    """``(fd, stat)`` of a regular file, or ``(None, None)`` when it does not exist.
+
+    Never follows a symlink in the last component and never blocks on a FIFO.
+    """
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    except OSError as err:
+        if err.errno == errno.ENOENT:
+            return None, None
+        if err.errno == errno.ELOOP:
+            raise LogError("cannot read %s: it is a symlink" % path)
+        raise LogError("cannot read %s: %s" % (path, err.strerror or err))
+    try:
+        st = os.fstat(fd)
+    except OSError as err:
+        os.close(fd)
+        raise LogError("cannot read %s: %s" % (path, err.strerror or err))
+    if not stat.S_ISREG(st.st_mode):
+        os.close(fd)
+        raise LogError("cannot read %s: not a regular file" % path)
+    return fd, st
+
+
+def _ident(st):
+    """What identifies one version of a file: device, inode, size, mtime."""
+    return [st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns]
+
+
+def _pread(fd, size, offset, path):
+    try:
+        return os.pread(fd, size, offset)
+    except OSError as err:
+        raise LogError("cannot read %s: %s" % (path, err.strerror or err))
+
+
+def _fingerprint(data):
+    return hashlib.sha256(data).hexdigest()
+
+
+def _bytes_before(fd, offset, path):
+    """The up to FINGERPRINT_BYTES bytes just before ``offset``."""
+    size = min(offset, FINGERPRINT_BYTES)
+    data = _pread(fd, size, offset - size, path)
+    return data if len(data) == size else None
+
+
+class _Span(object):
+    """Reads ``[start, end)`` of one file into a MarkerReader, block by block."""
+
+    def __init__(self, path, fd, start, end, seed=b""):
+        self.path = path
+        self.fd = fd
+        self.start = start
+        self.end = end
+        self.pos = start
+        self.tail = seed  # last FINGERPRINT_BYTES bytes before ``pos``
+
+    def read(self, reader, buf):
+        reader.source = self.path
+        view = memoryview(buf)
+        try:
+            os.lseek(self.fd, self.pos, os.SEEK_SET)
+            while self.pos < self.end:
+                want = min(len(buf), self.end - self.pos)
+                size = os.readv(self.fd, [view[:want]])
+                if size == 0:
+                    break  # truncated while we read: the rest is for the next run
+                reader.feed(buf, size)
+                self.pos += size
+                if size >= FINGERPRINT_BYTES:
+                    self.tail = bytes(buf[size - FINGERPRINT_BYTES:size])
+                else:
+                    self.tail = (self.tail + bytes(buf[:size]))[-FINGERPRINT_BYTES:]
+        except OSError as err:
+            raise LogError("cannot read %s: %s" % (self.path, err.strerror or err))
+        finally:
+            view.release()
+        return self.pos - self.start
+
+
+# --- per-instance state ----------------------------------------------------------------
+
+
+def _is_int(value):
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+
+
+def _valid_ident(value):
+    return isinstance(value, list) and len(value) == 4 and all(_is_int(v) for v in value)
+
+
+def _valid_verdict(value, archive=False):
+    if not isinstance(value, dict) or value.get("verdict") not in ("failed", "ok"):
+        return False
+    if not isinstance(value.get("ts"), str) or not isinstance(value.get("nvrm"), (str, type(None))):
+        return False
+    if archive:
+        return True
+    return isinstance(value.get("file"), str) and isinstance(value.get("recorded"), bool)
+
+
+def _valid_log(value):
+    if value is None:
+        return True
+    if not isinstance(value, dict) or not _valid_ident(value.get("ident")):
+        return False
+    if not _is_int(value.get("offset")) or not isinstance(value.get("fingerprint"), str):
+        return False
+    if not isinstance(value.get("partial"), str) or not isinstance(value.get("overlong"), bool):
+        return False
+    try:
+        base64.b64decode(value["partial"].encode("ascii"), validate=True)
+    except (ValueError, binascii.Error):
+        return False
+    return True
+
+
+def valid_state(state, instance_id):
+    """True when ``state`` is a cursor record this version wrote for ``instance_id``."""
+    if not isinstance(state, dict) or state.get("version") != STATE_VERSION:
+        return False
+    if state.get("instance_id") != instance_id:
+        return False
+    assignment = state.get("assignment")
+    if not isinstance(assignment, dict) or not all(
+            isinstance(assignment.get(k), str) for k in ("vf_address", "assigned_at")):
+        return False
+    if not _valid_log(state.get("log")):
+        return False
+    if state.get("rotated") is not None and not _valid_ident(state.get("rotated")):
+        return False
+    if state.get("verdict") is not None and not _valid_verdict(state.get("verdict")):
+        return False
+    archives = state.get("archives")
+    if not isinstance(archives, dict):
+        return False
+    for name, entry in archives.items():
+        if not _ARCHIVE_RE.match(name) or not isinstance(entry, dict):
+            return False
+        if not _valid_ident(entry.get("ident")) or not _is_int(entry.get("markers")):
+            return False
+        if entry.get("last") is not None and not _valid_verdict(entry.get("last"), archive=True):
+            return False
+    return True
+
+
+class CursorStore(object):
+    """Per-instance cursor files ``<state_dir>/sentinel/<instance_id>.json``.
+
+    Each file is replaced atomically (temp file, fsync, rename, directory
+    fsync). A file that cannot be parsed or validated is rebuilt from scratch
+    with a warning, never a crash: the worst case is reading logs again, and
+    the store deduplicates per assignment.
+    """
+
+    def __init__(self, state_dir):
+        self.state_dir = state_dir
+        self.directory = os.path.join(state_dir, STATE_SUBDIR)
+        self._lock_fd = None
+
+    def path(self, instance_id):
+        return os.path.join(self.directory, instance_id + ".json")
+
+    def lock(self):
+        """Create the directory and hold an exclusive lock until :meth:`unlock`."""
+        try:
+            if not os.path.isdir(self.state_dir):
+                os.makedirs(self.state_dir, 0o700)
+            if not os.path.isdir(self.directory):
+                os.mkdir(self.directory, 0o700)
+            fd = os.open(os.path.join(self.directory, ".lock"),
+                         os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0), 0o600)
+        except OSError as err:
+            raise VgpuError("cannot use sentinel state directory %s: %s"
+                            % (self.directory, err.strerror or err), state_dir=self.state_dir)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)  # another run on this host waits here
+        except OSError as err:
+            os.close(fd)
+            raise VgpuError("cannot lock sentinel state directory %s: %s" % (self.directory, err.strerror or err))
+        self._lock_fd = fd
+        for name in os.listdir(self.directory):
+            if name.startswith(".") and name.endswith(".tmp"):  # left by a run killed mid-write
+                try:
+                    os.unlink(os.path.join(self.directory, name))
+                except OSError:
+                    pass
+
+    def unlock(self):
+        if self._lock_fd is not None:
+            os.close(self._lock_fd)
+            self._lock_fd = None
+
+    def load(self, instance_id):
+        """``(state or None, warning or None)``."""
+        path = self.path(instance_id)
+        try:
+            fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+        except OSError as err:
+            if err.errno == errno.ENOENT:
+                return None, None
+            return None, ("sentinel cursor %s is unreadable (%s); rebuilding it from scratch"
+                          % (path, err.strerror or err))
+        try:
+            with os.fdopen(fd, "rb") as handle:
+                state = json.loads(handle.read().decode("utf-8"))
+        except (OSError, ValueError) as err:
+            return None, ("sentinel cursor %s is corrupt (%s); rebuilding it from scratch" % (path, err))
+        if not valid_state(state, instance_id):
+            return None, ("sentinel cursor %s is corrupt (unexpected content); rebuilding it from scratch"
+                          % path)
+        return state, None
+
+    def save(self, instance_id, state):
+        data = json.dumps(state, sort_keys=True, separators=(",", ":")).encode("utf-8")
+        tmp = None
+        try:
+            fd, tmp = tempfile.mkstemp(prefix="." + instance_id + ".", suffix=".tmp", dir=self.directory)
+            try:
+                view = memoryview(data)
+                while view:
+                    view = view[os.write(fd, view):]
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+            os.rename(tmp, self.path(instance_id))
+        except OSError as err:
+            if tmp is not None:
+                try:
+                    os.unlink(tmp)
+                except OSError:
+                    pass
+            raise VgpuError("cannot write sentinel cursor %s: %s"
+                            % (self.path(instance_id), err.strerror or err))
+
+    def remove(self, instance_id):
+        try:
+            os.unlink(self.path(instance_id))
+        except OSError as err:
+            if err.errno != errno.ENOENT:
+                raise VgpuError("cannot remove sentinel cursor %s: %s"
+                                % (self.path(instance_id), err.strerror or err))
+
+    def known_ids(self):
+        try:
+            names = os.listdir(self.directory)
+        except OSError:
+            return []
+        return [n[:-5] for n in names if n.endswith(".json") and not n.startswith(".")]
+
+    def sync(self):
+        """fsync the directory so the renames survive a crash."""
+        try:
+            fd = os.open(self.directory, os.O_RDONLY)
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+        except OSError as err:
+            raise VgpuError("cannot sync sentinel state directory %s: %s" % (self.directory, err.strerror or err))
+
+
+# --- scanning one instance ------------------------------------------------------------------
+
+
+def _encode_partial(data):
+    return base64.b64encode(data).decode("ascii")
+
+
+def _decode_partial(text):
+    return base64.b64decode(text.encode("ascii"))
+
+
+class _InstanceScan(object):
+    """Scan one instance's logs, starting from its previous cursor record."""
+
+    def __init__(self, instance_id, log_dir, old, buf):
+        self.instance_id = instance_id
+        self.log_dir = log_dir
+        self.old = old or {}
+        self.buf = buf
+        self.scanned = []
+        self.warnings = []
+        self.app_path = os.path.join(log_dir, "app.log")
+        self.rotated_path = self.app_path + ".1"
+
+    def _read(self, reader, spans):
+        for span in spans:
+            before = len(reader.markers)
+            count = span.read(reader, self.buf)
+            self.scanned.append({"instance_id": self.instance_id, "file": span.path, "bytes_read": count,
+                                 "markers": len(reader.markers) - before})
+
+    def current(self, same_assignment):
+        """Read new bytes of the current log stream; returns (markers, log, rotated)."""
+        app_fd, app_st = _open_regular(self.app_path)
+        rot_fd = None
+        try:
+            rot_fd, rot_st = _open_regular(self.rotated_path)
+            if app_fd is None:
+                raise LogError("%s does not exist (the instance has not booted yet)" % self.app_path)
+            old_log = self.old.get("log")
+            rot_ident = _ident(rot_st) if rot_st is not None else None
+            # app.log.1 is written only by a rotation: a new one means app.log was cut since last time.
+            rot_new = rot_ident is not None and rot_ident != self.old.get("rotated")
+            reader = MarkerReader()
+            resumable = (same_assignment and old_log is not None
+                         and old_log["ident"][:2] == [app_st.st_dev, app_st.st_ino])
+            if resumable:
+                app_span = self._resume(reader, old_log, app_fd, app_st, rot_fd, rot_st, rot_new)
+            else:
+                # A new file (new boot), a new assignment or no cursor: start fresh. A new
+                # app.log.1 may hold this boot's first bytes; the time window sorts out
+                # which of its markers belong to the assignment.
+                spans = []
+                if rot_new:
+                    spans.append(_Span(self.rotated_path, rot_fd, 0, rot_st.st_size))
+                self._read(reader, spans)
+                reader.reset_line()
+                app_span = _Span(self.app_path, app_fd, 0, app_st.st_size)
+                self._read(reader, [app_span])
+            log = {
+                "ident": _ident(app_st),
+                "offset": app_span.pos,
+                "fingerprint": _fingerprint(app_span.tail),
+                "partial": _encode_partial(reader.partial),
+                "overlong": reader.overlong,
+            }
+            return reader.markers, log, rot_ident
+        finally:
+            for fd in (app_fd, rot_fd):
+                if fd is not None:
+                    os.close(fd)
+
+    def _resume(self, reader, old_log, app_fd, app_st, rot_fd, rot_st, rot_new):
+        offset = old_log["offset"]
+        seed = _bytes_before(app_fd, offset, self.app_path) if app_st.st_size >= offset else None
+        intact = seed is not None and _fingerprint(seed) == old_log["fingerprint"]
+        partial = _decode_partial(old_log["partial"])
+        if intact and not rot_new:
+            reader.partial, reader.overlong = partial, old_log["overlong"]
+            app_span = _Span(self.app_path, app_fd, offset, app_st.st_size, seed)
+            self._read(reader, [app_span])
+            return app_span
+        # copytruncate happened: the unread tail of the old stream is in app.log.1.
+        rot_seed = None
+        if rot_new and rot_st.st_size >= offset:
+            rot_seed = _bytes_before(rot_fd, offset, self.rotated_path)
+        if rot_seed is not None and _fingerprint(rot_seed) == old_log["fingerprint"]:
+            # One stream: a line cut by the rotation is joined and matched once.
+            reader.partial, reader.overlong = partial, old_log["overlong"]
+            self._read(reader, [_Span(self.rotated_path, rot_fd, offset, rot_st.st_size, rot_seed)])
+        else:
+            self.warnings.append(
+                "%s was truncated or rotated more than once since the last scan of instance %s; "
+                "markers written in between may have been missed" % (self.app_path, self.instance_id))
+            if rot_new:
+                self._read(reader, [_Span(self.rotated_path, rot_fd, 0, rot_st.st_size)])
+            reader.reset_line()
+        app_span = _Span(self.app_path, app_fd, 0, app_st.st_size)
+        self._read(reader, [app_span])
+        return app_span
+
+    def archives(self):
+        """Summaries of ``app.log.prev.<ns>`` archives (earlier boots), read once each."""
+        try:
+            names = os.listdir(self.log_dir)
+        except OSError as err:
+            raise LogError("cannot list %s: %s" % (self.log_dir, err.strerror or err))
+        old = self.old.get("archives") or {}
+        result = {}
+        for name in sorted((n for n in names if _ARCHIVE_RE.match(n)),
+                           key=lambda n: int(_ARCHIVE_RE.match(n).group(1))):
+            path = os.path.join(self.log_dir, name)
+            fd, st = _open_regular(path)
+            if fd is None:
+                continue  # pruned while we looked
+            try:
+                previous = old.get(name)
+                if previous is not None and previous["ident"] == _ident(st):
+                    result[name] = previous  # archives never change: read each one once
+                    continue
+                reader = MarkerReader()
+                self._read(reader, [_Span(path, fd, 0, st.st_size)])
+                last = reader.markers[-1] if reader.markers else None
+                result[name] = {
+                    "ident": _ident(st),
+                    "markers": len(set(m.key() for m in reader.markers)),
+                    "last": None if last is None else {"verdict": last.verdict, "ts": last.ts, "nvrm": last.nvrm},
+                }
+            finally:
+                os.close(fd)
+        return result
+
+
+# --- the scan ------------------------------------------------------------------------------
+
+
+def _assignment_of(instance):
+    """``(assignment, None)`` for a scannable instance, else ``(None, reason)``."""
+    directory = instance.get("dir")
+    if directory and os.path.basename(directory) != instance["id"]:
+        return None, "metadata Id does not match its directory %s" % directory
+    if instance.get("retained_for_cleanup"):
+        return None, "retention stub (GPURetainedForCleanup): hypeman's sentinel skips it"
+    if instance.get("framework") != VENDOR_VFIO or not instance.get("device_path"):
+        return None, "no vendor-VFIO vGPU claim"
+    if not instance.get("vf_address"):
+        return None, "vGPU claim has no VF address (GPUDevicePath %r)" % instance.get("device_path")
+    if not instance.get("assigned_at"):
+        return None, "vGPU claim has no assignment time (GPUClaimedAt/GPUAssignedAt)"
+    try:
+        assigned = parse_rfc3339(instance["assigned_at"])
+    except ValueError as err:
+        return None, "vGPU assignment time is not an RFC 3339 time: %s" % err
+    return {"vf_address": instance["vf_address"], "assigned_at": instance["assigned_at"],
+            "time": assigned}, None
+
+
+class ScanReport(object):
+    """What one scan found; :meth:`commit` persists the cursors (not in check mode)."""
+
+    def __init__(self):
+        self.findings = []
+        self.history = []
+        self.scanned = []
+        self.skipped = []
+        self.unattributed = []
+        self.warnings = []
+        self._states = {}  # instance_id -> (new state, changed)
+        self._prune = []
+        self._cursors = None
+
+    def unrecorded(self):
+        """Findings whose verdict is not yet in the store."""
+        return [f for f in self.findings if not f["recorded"]]
+
+    def mark_recorded(self, findings):
+        """After the store took these reports, remember it in the cursors."""
+        for finding in findings:
+            state = self._states[finding["instance_id"]][0]
+            state["verdict"]["recorded"] = True
+            finding["recorded"] = True
+            self._states[finding["instance_id"]] = (state, True)
+
+    def commit(self):
+        """Write every changed cursor and drop those of vanished instances."""
+        if self._cursors is None:
+            return
+        touched = False
+        for instance_id, (state, changed) in sorted(self._states.items()):
+            if changed:
+                self._cursors.save(instance_id, state)
+                touched = True
+        for instance_id in self._prune:
+            self._cursors.remove(instance_id)
+            touched = True
+        if touched:
+            self._cursors.sync()
+
+
+def run(instances, unreadable, log_dir_of, state_dir, only=None, check_mode=False,
+        recorder=None, block_size=BLOCK_BYTES):
+    """Scan under the state lock, let ``recorder(report)`` act, then commit cursors.
+
+    The cursors are written only after ``recorder`` returned, so a failed
+    store write leaves them where they were and the verdicts stay unrecorded.
+    In check mode nothing is locked, created or written.
+    """
+    cursors = CursorStore(state_dir)
+    if not check_mode:
+        cursors.lock()
+    try:
+        report = scan(instances, unreadable, log_dir_of, state_dir, only=only,
+                      check_mode=check_mode, block_size=block_size)
+        recorded = recorder(report) if recorder is not None else None
+        report.commit()
+    finally:
+        cursors.unlock()
+    return report, recorded
+
+
+def scan(instances, unreadable, log_dir_of, state_dir, only=None, check_mode=False,
+         block_size=BLOCK_BYTES):
+    """Scan the instances' logs; returns a :class:`ScanReport`.
+
+    ``instances`` and ``unreadable`` are what ``_hypeman.list_instances``
+    returns; ``log_dir_of(instance_id)`` gives an instance's ``logs`` dir;
+    ``only`` restricts the scan to these instance ids. Cursor files are read
+    here and written by ``ScanReport.commit`` (never in check mode); the
+    caller holds :meth:`CursorStore.lock` around both when not in check mode.
+    """
+    report = ScanReport()
+    cursors = CursorStore(state_dir)
+    if not check_mode:
+        report._cursors = cursors
+    wanted = set(only) if only is not None else None
+    listed = set()
+    for entry in unreadable:
+        instance_id = entry.get("instance_id")
+        listed.add(instance_id)
+        if wanted is None or instance_id in wanted:
+            report.skipped.append({"instance_id": instance_id,
+                                   "reason": "metadata unreadable: %s" % entry.get("error")})
+    buf = bytearray(block_size)
+    for instance in sorted(instances, key=lambda i: i["id"]):
+        instance_id = instance["id"]
+        listed.add(instance_id)
+        if instance.get("dir"):
+            listed.add(os.path.basename(instance["dir"]))  # keep its cursor even when Id disagrees
+        if wanted is not None and instance_id not in wanted:
+            continue
+        _scan_one(report, cursors, instance, log_dir_of, buf)
+    if wanted is not None:
+        for instance_id in sorted(wanted - listed):
+            report.skipped.append({"instance_id": instance_id, "reason": "no such instance"})
+    elif not check_mode:
+        report._prune = sorted(i for i in set(cursors.known_ids()) - listed)
+    return report
+
+
+def _scan_one(report, cursors, instance, log_dir_of, buf):
+    instance_id = instance["id"]
+    if not isinstance(instance_id, str) or not _SAFE_ID_RE.match(instance_id):
+        report.skipped.append({"instance_id": instance_id, "reason": "instance id is not a safe path component"})
+        return
+    assignment, reason = _assignment_of(instance)
+    if assignment is None:
+        report.skipped.append({"instance_id": instance_id, "reason": reason})
+        return
+    old, warning = cursors.load(instance_id)
+    if warning:
+        report.warnings.append(warning)
+    key = {"vf_address": assignment["vf_address"], "assigned_at": assignment["assigned_at"]}
+    same_assignment = old is not None and old["assignment"] == key
+    log_dir = log_dir_of(instance_id)
+    work = _InstanceScan(instance_id, log_dir, old, buf)
+    try:
+        markers, log, rotated = work.current(same_assignment)
+        archives = work.archives()
+    except LogError as err:
+        report.skipped.append({"instance_id": instance_id, "reason": str(err)})
+        return
+    report.scanned.extend(work.scanned)
+    report.warnings.extend(work.warnings)
+
+    verdict = dict(old["verdict"]) if same_assignment and old.get("verdict") else None
+    last = None
+    seen = set()
+    for marker in markers:
+        try:
+            when = parse_rfc3339(marker.ts)
+        except ValueError:
+            why = "marker ts is not an RFC 3339 time"
+        else:
+            if when >= assignment["time"]:
+                last = marker
+                continue
+            why = "marker ts is earlier than the assignment time %s" % assignment["assigned_at"]
+        if (marker.key(), marker.file) not in seen:  # three copies, one entry
+            seen.add((marker.key(), marker.file))
+            report.unattributed.append({
+                "instance_id": instance_id, "file": marker.file, "verdict": marker.verdict,
+                "ts": marker.ts, "nvrm": marker.nvrm, "reason": why})
+    if last is not None and not _still_assigned(instance, key):
+        # hypeman re-checks the assignment before acting: a restart or release during
+        # the scan means these bytes may belong to another assignment. Try next run.
+        report.skipped.append({"instance_id": instance_id,
+                               "reason": "vGPU assignment changed during the scan; scan again"})
+        return
+    if last is not None:
+        same_report = verdict is not None and (verdict["verdict"], verdict["ts"], verdict["nvrm"]) == last.key()
+        if not same_report:
+            verdict = {"verdict": last.verdict, "ts": last.ts, "nvrm": last.nvrm,
+                       "file": last.file, "recorded": False}
+    state = {
+        "version": STATE_VERSION,
+        "instance_id": instance_id,
+        "assignment": key,
+        "log": log,
+        "rotated": rotated,
+        "verdict": verdict,
+        "archives": archives,
+    }
+    report._states[instance_id] = (state, state != old)
+    if verdict is not None:
+        report.findings.append({
+            "instance_id": instance_id,
+            "vf_address": key["vf_address"],
+            "assigned_at": key["assigned_at"],
+            "verdict": verdict["verdict"],
+            "ts": verdict["ts"],
+            "nvrm": verdict["nvrm"],
+            "file": verdict["file"],
+            "recorded": verdict["recorded"],
+        })
+    for name, entry in sorted(archives.items(), key=lambda kv: int(_ARCHIVE_RE.match(kv[0]).group(1))):
+        if entry["last"] is not None:
+            report.history.append(dict(entry["last"], instance_id=instance_id,
+                                       file=os.path.join(log_dir, name), markers=entry["markers"]))
+
+
+def _still_assigned(instance, key):
+    """Whether the instance's metadata still names the assignment ``key``."""
+    path = instance["metadata_path"]
+    try:
+        with open(path, "rb") as handle:
+            meta = _hypeman.parse_metadata(handle.read().decode("utf-8", "replace"))
+    except (IOError, OSError, ValueError):
+        return False
+    fresh = _hypeman.instance_from_metadata(meta, path)
+    return {"vf_address": fresh.get("vf_address"), "assigned_at": fresh.get("assigned_at")} == key
+
+
+# --- recording ---------------------------------------------------------------------------------
+
+
+def _report_order(finding):
+    try:
+        when = parse_rfc3339(finding["ts"])
+        return (0, when.sec, when.nsec, finding["instance_id"])
+    except ValueError:
+        return (1, 0, 0, finding["instance_id"])
+
+
+def record_verdicts(store, findings, threshold):
+    """Report each verdict to the store as hypeman's sentinel would; returns outcomes.
+
+    Reports go in marker-time order (as hypeman would have received them):
+    ``failed`` is a failure report for the assignment, ``ok`` a success
+    report. The store deduplicates per (instance_id, assigned_at), so a
+    verdict reported twice never counts twice.
+    """
+    outcomes = []
+    for finding in sorted(findings, key=_report_order):
+        item = {"instance_id": finding["instance_id"], "vf_address": finding["vf_address"],
+                "assigned_at": finding["assigned_at"], "verdict": finding["verdict"]}
+        if finding["verdict"] == "failed":
+            item["report"] = "failure"
+            item["outcome"] = store.report_failure(
+                finding["vf_address"], finding["instance_id"], finding["assigned_at"], threshold)
+            item["cleared"] = 0
+        else:
+            item["report"] = "success"
+            item["outcome"], item["cleared"] = store.report_success(
+                finding["vf_address"], finding["instance_id"], finding["assigned_at"])
+        outcomes.append(item)
+    return outcomes

@@ -1,0 +1,488 @@
+# -*- coding: utf-8 -*-
+# Copyright: hypeman.vgpu contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""PCI / SR-IOV / vGPU discovery under a configurable sysfs root (stdlib only).
+
+Reads the files hypeman reads (``lib/devices/vendor_vfio_linux.go``,
+``mdev_linux.go``, ``vgpu_linux.go``) the way it reads them, plus the SR-IOV
+files of the parent GPUs (``sriov_totalvfs``, ``sriov_numvfs``, ``virtfn*``)
+that operators and the SR-IOV cycle need. Nothing here writes to sysfs.
+
+Addresses are normalised (lowercase, 4-digit domain) with the store's
+normaliser so they compare equal to store records and inputs.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import re
+
+from ansible_collections.hypeman.vgpu.plugins.module_utils._errors import VgpuError
+from ansible_collections.hypeman.vgpu.plugins.module_utils._store import normalize_vf_address
+
+FRAMEWORK_MDEV = "mdev"
+FRAMEWORK_VENDOR_VFIO = "vendor-vfio"
+FRAMEWORK_NONE = "none"
+NVIDIA_VENDOR_ID = "10de"
+
+_GO_ATOI_RE = re.compile(r"^[+-]?[0-9]+$")
+_INT64_MAX = (1 << 63) - 1
+_VIRTFN_RE = re.compile(r"^virtfn([0-9]+)$")
+_FRAMEBUFFER_RE = re.compile(r"framebuffer=(\d+)M")
+
+
+def pci_devices_dir(sysfs_root):
+    return os.path.join(sysfs_root, "bus", "pci", "devices")
+
+
+_CANONICAL_RE = re.compile(r"^[0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]$")
+
+
+def canonical_address(name):
+    """Normalised PCI address of a sysfs entry name, or the name itself if it is none."""
+    if _CANONICAL_RE.match(name):
+        return name  # already canonical: the common case, kept cheap for big hosts
+    try:
+        return normalize_vf_address(name)
+    except (VgpuError, ValueError, TypeError, AttributeError):
+        return name
+
+
+def normalize_card_address(value, option="parent_gpu"):
+    """Normalise a user-given PCI address of a card; VgpuError naming the option otherwise."""
+    try:
+        return normalize_vf_address(value)
+    except VgpuError:
+        hint = ""
+        if not isinstance(value, str) or value.replace(".", "", 1).isdigit():
+            hint = " (unquoted in YAML, an address like 82:00.0 reads as a number: quote it)"
+        raise VgpuError("%s %r is not a PCI address; expected one like 0000:82:00.0%s" % (option, value, hint))
+
+
+def _err_text(err):
+    return err.strerror or str(err) if isinstance(err, EnvironmentError) else str(err)
+
+
+def _is_enoent(err):
+    return isinstance(err, EnvironmentError) and err.errno == errno.ENOENT
+
+
+def _read(path):
+    with open(path, "rb") as handle:
+        return handle.read().decode("utf-8", "surrogateescape")
+
+
+def go_atoi(text):
+    """Go's ``strconv.Atoi``: optional sign, ASCII digits, int64 range; ValueError otherwise."""
+    if not _GO_ATOI_RE.match(text):
+        raise ValueError("invalid syntax")
+    value = int(text, 10)
+    if not -_INT64_MAX - 1 <= value <= _INT64_MAX:
+        raise ValueError("value out of range")
+    return value
+
+
+def framebuffer_from_profile_name(name):
+    """hypeman's ``framebufferFromProfileName``: GiB between the last ``-`` and the series letter.
+
+    ``NVIDIA L40S-12Q`` -> 12288; ``NVIDIA A100-1-5C`` -> 5120; 0 when it
+    cannot be parsed (0Q/0B profiles parse as 0 too).
+    """
+    series = max(name.rfind(letter) for letter in "ABCQ")
+    if series <= 0:
+        return 0
+    dash = name.rfind("-", 0, series)
+    if dash < 0:
+        return 0
+    try:
+        return go_atoi(name[dash + 1:series]) * 1024
+    except ValueError:
+        return 0
+
+
+def parse_creatable(text):
+    """Parse ``nvidia/creatable_vgpu_types`` like hypeman's ``parseCreatableVGPUTypes``.
+
+    Blank lines and the ``ID : vGPU Name`` header are skipped; every other line
+    splits at the first ``:`` into a decimal id and a non-empty name (padding
+    tolerated). Returns ``[{"id": "1147", "name": ..., "framebuffer_mb": ...}]``
+    (empty when only the header remains); raises ``ValueError`` with hypeman's
+    message for a bad line.
+    """
+    profiles = []
+    for number, line in enumerate(text.split("\n"), 1):
+        line = line.strip()
+        if not line:
+            continue
+        type_id, found, name = line.partition(":")
+        type_id, name = type_id.strip(), name.strip()
+        if type_id == "ID":
+            continue
+        if not found or not name:
+            raise ValueError("parse creatable vGPU types line %d: %s" % (number, _go_quote(line)))
+        try:
+            go_atoi(type_id)
+        except ValueError as err:
+            raise ValueError('parse vGPU type ID %s: strconv.Atoi: parsing %s: %s'
+                             % (_go_quote(type_id), _go_quote(type_id), err))
+        profiles.append({"id": type_id, "name": name, "framebuffer_mb": framebuffer_from_profile_name(name)})
+    return profiles
+
+
+def _go_quote(text):
+    return '"%s"' % text.replace("\\", "\\\\").replace('"', '\\"')
+
+
+def read_current_type(path):
+    """hypeman's ``readCurrentVGPUType``: trimmed text that must be an integer."""
+    value = _read(path).strip()
+    try:
+        go_atoi(value)
+    except ValueError:
+        raise ValueError("invalid current vGPU type %s" % _go_quote(value))
+    return value
+
+
+def read_link_basename(path):
+    """Basename of a symlink's target, or None when it is not a readable link."""
+    try:
+        return os.path.basename(os.readlink(path))
+    except (OSError, IOError):
+        return None
+
+
+def _listdir(path):
+    """Sorted entries (Go's ReadDir order); [] when the directory is missing."""
+    try:
+        return sorted(os.listdir(path))
+    except (OSError, IOError) as err:
+        if _is_enoent(err):
+            return []
+        raise
+
+
+class Discovery(object):
+    """What a discovery pass saw.
+
+    ``framework`` is ``vendor-vfio``, ``mdev`` or ``none``; ``vfs`` the readable
+    VFs sorted by address; ``unreadable`` the VFs hypeman would skip
+    (``{address, path, error}``); ``error`` is set when VFs exist but none can
+    be read (hypeman's discovery fails then; placement must not guess);
+    ``warnings`` are notes for the operator.
+    """
+
+    def __init__(self, framework):
+        self.framework = framework
+        self.vfs = []
+        self.unreadable = []
+        self.error = None
+        self.warnings = []
+        self.mdev_profiles = []
+
+    def vf_map(self):
+        return dict((vf["address"], vf) for vf in self.vfs)
+
+
+def detect_framework(sysfs_root):
+    """hypeman's ``DetectVGPUFramework``: mdev first, then vendor-VFIO, else none.
+
+    Returns ``(framework, warnings)``. mdev when ``class/mdev_bus`` lists any
+    entry; vendor-VFIO when any ``bus/pci/devices/*/nvidia/creatable_vgpu_types``
+    exists (or cannot be checked: an unreadable VF is still a VF).
+    """
+    warnings = []
+    try:
+        if _listdir(os.path.join(sysfs_root, "class", "mdev_bus")):
+            return FRAMEWORK_MDEV, warnings
+    except (OSError, IOError) as err:
+        # hypeman treats an unreadable mdev_bus as "no mdev" and moves on.
+        warnings.append("cannot read %s: %s" % (os.path.join(sysfs_root, "class", "mdev_bus"), _err_text(err)))
+    for name in _pci_entries(sysfs_root):
+        if _creatable_state(sysfs_root, name) != "absent":
+            return FRAMEWORK_VENDOR_VFIO, warnings
+    return FRAMEWORK_NONE, warnings
+
+
+def _pci_entries(sysfs_root):
+    path = pci_devices_dir(sysfs_root)
+    try:
+        return _listdir(path)
+    except (OSError, IOError) as err:
+        raise VgpuError("read PCI devices: cannot list %s: %s" % (path, _err_text(err)))
+
+
+def _creatable_state(sysfs_root, name):
+    try:
+        os.stat("%s/bus/pci/devices/%s/nvidia/creatable_vgpu_types" % (sysfs_root, name))
+        return "present"
+    except (OSError, IOError) as err:
+        return "absent" if _is_enoent(err) else err
+
+
+def discover(sysfs_root, read_creatable=True):
+    """Discover the host's VFs as hypeman does; see :class:`Discovery`.
+
+    vendor-VFIO VF dicts: ``address, parent, current_type`` (hypeman's trimmed
+    text), ``allocated`` (``current_type != "0"``), ``creatable`` (parsed
+    list, or None with ``creatable_error`` when unreadable or garbage).
+    mdev VF dicts: ``address, parent, allocated`` (an mdev exists),
+    ``mdev_uuids``, ``current_type`` (the mdev type dir name or None) and
+    ``creatable`` (types with ``available_instances`` >= 1).
+    """
+    framework, warnings = detect_framework(sysfs_root)
+    result = Discovery(framework)
+    result.warnings.extend(warnings)
+    if not os.path.isdir(pci_devices_dir(sysfs_root)):
+        result.warnings.append("%s does not exist: no PCI devices to discover" % pci_devices_dir(sysfs_root))
+    if framework == FRAMEWORK_VENDOR_VFIO:
+        _discover_vendor_vfio(sysfs_root, result, read_creatable)
+    elif framework == FRAMEWORK_MDEV:
+        _discover_mdev(sysfs_root, result)
+    return result
+
+
+def _discover_vendor_vfio(sysfs_root, result, read_creatable):
+    base = pci_devices_dir(sysfs_root) + "/"
+    parsed = {}  # creatable text -> parsed list: sibling VFs mostly list the same types
+    for name in _pci_entries(sysfs_root):
+        vf_path = base + name
+        state = _creatable_state(sysfs_root, name)
+        if state == "absent":
+            continue
+        address = canonical_address(name)
+        parent = read_link_basename(vf_path + "/physfn")
+        parent = canonical_address(parent) if parent else None
+        if state != "present":
+            result.unreadable.append({"address": address, "parent": parent,
+                                      "path": vf_path + "/nvidia/creatable_vgpu_types",
+                                      "error": "stat creatable vGPU types for VF %s: %s" % (name, _err_text(state))})
+            continue
+        current_path = vf_path + "/nvidia/current_vgpu_type"
+        try:
+            current = read_current_type(current_path)
+        except (OSError, IOError, ValueError) as err:
+            result.unreadable.append({"address": address, "parent": parent, "path": current_path,
+                                      "error": "read current vGPU type for VF %s: %s" % (name, _err_text(err))})
+            continue
+        vf = {"address": address, "parent": parent, "current_type": current, "allocated": current != "0",
+              "creatable": None, "creatable_error": None, "mdev_uuids": []}
+        if read_creatable:
+            try:
+                text = _read(vf_path + "/nvidia/creatable_vgpu_types")
+                if text not in parsed:
+                    try:
+                        parsed[text] = parse_creatable(text)
+                    except ValueError as err:
+                        parsed[text] = err
+                if isinstance(parsed[text], ValueError):
+                    raise parsed[text]
+                vf["creatable"] = parsed[text]
+            except (OSError, IOError, ValueError) as err:
+                # hypeman skips such a VF's profiles with a warning; the VF still counts.
+                vf["creatable_error"] = "read creatable vGPU types for VF %s: %s" % (name, _err_text(err))
+        result.vfs.append(vf)
+    result.vfs.sort(key=lambda vf: vf["address"])
+    if result.unreadable and not result.vfs:
+        result.error = "vGPU discovery failed, no VF is readable: " + "; ".join(
+            entry["error"] for entry in result.unreadable)
+
+
+def list_mdevs(sysfs_root):
+    """hypeman's ``ListMdevDevices``: ``[{uuid, vf, type}]`` from ``bus/mdev/devices``."""
+    base = os.path.join(sysfs_root, "bus", "mdev", "devices")
+    mdevs = []
+    for uuid in _listdir(base):
+        mdev_type = read_link_basename(os.path.join(base, uuid, "mdev_type"))
+        if mdev_type is None:
+            continue
+        try:
+            parts = os.readlink(os.path.join(base, uuid)).split("/")
+        except (OSError, IOError):
+            continue
+        vf = None
+        for index, part in enumerate(parts):
+            if part.startswith("0000:") and index + 1 < len(parts) and parts[index + 1] == uuid:
+                vf = canonical_address(part)
+                break
+        mdevs.append({"uuid": uuid, "vf": vf, "type": mdev_type})
+    return mdevs
+
+
+def _discover_mdev(sysfs_root, result):
+    bus = os.path.join(sysfs_root, "class", "mdev_bus")
+    mdevs = list_mdevs(sysfs_root)
+    by_vf = {}
+    for mdev in mdevs:
+        by_vf.setdefault(mdev["vf"], []).append(mdev)
+    names = _listdir(bus)
+    for name in names:
+        address = canonical_address(name)
+        parent = read_link_basename(os.path.join(pci_devices_dir(sysfs_root), name, "physfn"))
+        held = by_vf.get(address, [])
+        creatable = []
+        types_dir = os.path.join(bus, name, "mdev_supported_types")
+        for type_name in _safe_listdir(types_dir):
+            try:
+                available = go_atoi(_read(os.path.join(types_dir, type_name, "available_instances")).strip())
+                profile = _read(os.path.join(types_dir, type_name, "name")).strip()
+            except (OSError, IOError, ValueError):
+                continue
+            if available >= 1:
+                creatable.append({"id": type_name, "name": profile, "available": available,
+                                  "framebuffer_mb": _mdev_framebuffer(os.path.join(types_dir, type_name))})
+        result.vfs.append({"address": address, "parent": canonical_address(parent) if parent else None,
+                           "current_type": held[0]["type"] if held else None, "allocated": bool(held),
+                           "mdev_uuids": [m["uuid"] for m in held], "creatable": creatable,
+                           "creatable_error": None})
+    # Profiles come from the first VF's supported types (hypeman's loadProfileMetadata).
+    if names:
+        types_dir = os.path.join(bus, names[0], "mdev_supported_types")
+        for type_name in _safe_listdir(types_dir):
+            if not os.path.isdir(os.path.join(types_dir, type_name)):
+                continue
+            try:
+                profile = _read(os.path.join(types_dir, type_name, "name")).strip()
+            except (OSError, IOError):
+                continue
+            result.mdev_profiles.append({"id": type_name, "name": profile,
+                                         "framebuffer_mb": _mdev_framebuffer(os.path.join(types_dir, type_name))})
+
+
+def _safe_listdir(path):
+    try:
+        return _listdir(path)
+    except (OSError, IOError):
+        return []
+
+
+def _mdev_framebuffer(type_dir):
+    """hypeman's ``parseFramebufferFromDescription``: ``framebuffer=<N>M`` in MB, else 0."""
+    try:
+        desc = _read(os.path.join(type_dir, "description"))
+    except (OSError, IOError):
+        return 0
+    match = _FRAMEBUFFER_RE.search(desc)
+    if match:
+        try:
+            return go_atoi(match.group(1))
+        except ValueError:
+            return 0
+    return 0
+
+
+def _read_field(path, errors, parse):
+    try:
+        return parse(_read(path).strip())
+    except (OSError, IOError) as err:
+        if not _is_enoent(err):
+            errors.append("%s: %s" % (path, _err_text(err)))
+        return None
+    except ValueError as err:
+        errors.append("%s: %s" % (path, err))
+        return None
+
+
+def _hex_id(text):
+    text = text.lower()
+    text = text[2:] if text.startswith("0x") else text
+    if not text or any(c not in "0123456789abcdef" for c in text):
+        raise ValueError("not a hex id: %r" % text)
+    return text
+
+
+def read_parent(sysfs_root, address):
+    """SR-IOV facts of a parent GPU.
+
+    ``{address, exists, vendor_id, device_id, class_id, sriov_totalvfs,
+    sriov_numvfs, virtfns: [{index, address}], errors}``. A missing file
+    gives None (the device may not be SR-IOV capable); an unreadable one
+    gives None plus an ``errors`` entry.
+    """
+    path = os.path.join(pci_devices_dir(sysfs_root), address)
+    info = {"address": address, "exists": os.path.isdir(path), "vendor_id": None, "device_id": None,
+            "class_id": None, "sriov_totalvfs": None, "sriov_numvfs": None, "virtfns": [], "errors": []}
+    if not info["exists"]:
+        if os.path.lexists(path):
+            info["errors"].append("%s: link target missing" % path)
+        else:
+            info["errors"].append("%s: no such device" % path)
+        return info
+    errors = info["errors"]
+    info["vendor_id"] = _read_field(os.path.join(path, "vendor"), errors, _hex_id)
+    info["device_id"] = _read_field(os.path.join(path, "device"), errors, _hex_id)
+    info["class_id"] = _read_field(os.path.join(path, "class"), errors, _hex_id)
+    info["sriov_totalvfs"] = _read_field(os.path.join(path, "sriov_totalvfs"), errors, go_atoi)
+    info["sriov_numvfs"] = _read_field(os.path.join(path, "sriov_numvfs"), errors, go_atoi)
+    try:
+        names = _listdir(path)
+    except (OSError, IOError) as err:
+        errors.append("%s: %s" % (path, _err_text(err)))
+        names = []
+    virtfns = []
+    for name in names:
+        match = _VIRTFN_RE.match(name)
+        if not match:
+            continue
+        target = read_link_basename(os.path.join(path, name))
+        if target is None:
+            errors.append("%s: not a readable link" % os.path.join(path, name))
+            continue
+        virtfns.append({"index": int(match.group(1)), "address": canonical_address(target)})
+    info["virtfns"] = sorted(virtfns, key=lambda v: v["index"])
+    return info
+
+
+def list_sriov_gpus(sysfs_root):
+    """Addresses of NVIDIA devices that are SR-IOV physical functions (have ``sriov_totalvfs``)."""
+    gpus = []
+    base = pci_devices_dir(sysfs_root)
+    for name in _pci_entries(sysfs_root):
+        path = os.path.join(base, name)
+        if not os.path.exists(os.path.join(path, "sriov_totalvfs")):
+            continue
+        try:
+            vendor = _hex_id(_read(os.path.join(path, "vendor")).strip())
+        except (OSError, IOError, ValueError):
+            vendor = None  # unreadable: keep it, an operator must see it
+        if vendor in (None, NVIDIA_VENDOR_ID):
+            gpus.append(canonical_address(name))
+    return gpus
+
+
+def vfio_nodes(sysfs_root, dev_root, vf):
+    """Device nodes a VMM holds open for a VF, as hypeman's in-use check derives them.
+
+    ``<dev_root>/vfio/devices/<vfioN>`` for each ``vfio-dev`` entry and
+    ``<dev_root>/vfio/<iommu group>``. Returns ``(paths, errors)``; a missing
+    entry is not an error, an unreadable one is.
+    """
+    paths, errors = [], []
+    vf_path = "%s/bus/pci/devices/%s/" % (sysfs_root, vf)
+    vfio = dev_root.rstrip("/") + "/vfio/"
+    try:
+        for name in _listdir(vf_path + "vfio-dev"):
+            paths.append(vfio + "devices/" + name)
+    except (OSError, IOError) as err:
+        errors.append("read VFIO devices for VF %s: %s" % (vf, _err_text(err)))
+    try:
+        group = os.readlink(vf_path + "iommu_group").rsplit("/", 1)[-1]
+        paths.append(vfio + group)
+    except (OSError, IOError) as err:
+        if not _is_enoent(err):
+            errors.append("read IOMMU group for VF %s: %s" % (vf, _err_text(err)))
+    return paths, errors
+
+
+def parent_of(sysfs_root, vf):
+    """Parent GPU of a VF via its ``physfn`` link (normalised), or None."""
+    parent = read_link_basename(os.path.join(pci_devices_dir(sysfs_root), vf, "physfn"))
+    return canonical_address(parent) if parent else None
+
+
+def mdev_vf(sysfs_root, uuid):
+    """VF address that carries an mdev, from ``bus/mdev/devices/<uuid>``, or None."""
+    for mdev in list_mdevs(sysfs_root):
+        if mdev["uuid"] == uuid:
+            return mdev["vf"]
+    return None

@@ -1,0 +1,833 @@
+#!/usr/bin/python
+# -*- coding: utf-8 -*-
+# Copyright: hypeman.vgpu contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+---
+module: gpu_sriov
+short_description: Enable, disable or cycle SR-IOV on an NVIDIA parent GPU, with safety checks and sysfs verification
+version_added: 0.1.0
+author:
+  - hypeman.vgpu contributors (!UNKNOWN)
+description:
+  - Runs NVIDIA's C(sriov-manage -e) or C(sriov-manage -d) on one parent GPU (physical function) and proves the
+    result from sysfs. It never trusts the exit code. C(sriov-manage) exits 0 in cases where it did nothing, for
+    example on a card it does not support.
+  - O(state=enabled) makes sure the card has all its virtual functions (VFs). It does nothing when
+    C(sriov_numvfs) equals C(sriov_totalvfs) and every C(virtfn*) VF is readable (its vGPU files can be read,
+    as hypeman reads them).
+  - O(state=disabled) removes every VF of the card. It does nothing when the card has 0 VFs.
+  - O(state=cycled) disables, then enables again. This is the recovery for a wedged VF, and it always acts.
+  - Before any disable, the module refuses, naming every culprit, while any VF of the card is allocated
+    (C(current_vgpu_type) is not 0, or an mdev exists), is claimed in instance metadata (any non-empty
+    C(GPUDevicePath), even for a stopped instance), or is held open (its C(/dev/vfio) nodes are open in some
+    process). It also refuses while any process holds the card's own C(/dev/nvidia<minor>) node, because then
+    C(sriov-manage) fails with C(Cannot obtain unbindLock). The processes, commands and systemd units are
+    listed, for example C(nv-hostengine) in C(nvidia-dcgm.service). Enabling also needs the unbindLock, so the
+    card-node check runs before an enable too.
+  - Metadata that cannot be read counts as a claim, so the module fails closed.
+  - Success means that, within O(timeout) and polling every O(delay) seconds, sysfs shows the expected state.
+    For an enable, that is C(sriov_numvfs) = C(sriov_totalvfs), one readable C(virtfn*) VF per slot, and every
+    new VF listing at least one creatable vGPU type. For a disable, that is C(sriov_numvfs) = 0, no
+    C(virtfn*) link, and none of the old VF devices left.
+  - When an enable does not verify in time, C(sriov-manage -e) is run again, up to O(retries) more times. This
+    covers the driver-start race, where the first run leaves no VFs.
+  - The module never unbinds a VF from its driver, never writes C(current_vgpu_type), and never stops or touches
+    an instance.
+extends_documentation_fragment:
+  - hypeman.vgpu.host_paths
+  - hypeman.vgpu.host_paths.sysfs_root
+  - hypeman.vgpu.host_paths.proc_root
+  - hypeman.vgpu.host_paths.dev_root
+  - hypeman.vgpu.attributes
+  - hypeman.vgpu.attributes.state_module
+attributes:
+  check_mode:
+    description:
+      - Runs every safety check and reports the commands that would run (RV(commands) with C(skipped=true)) and
+        the predicted state, without running anything.
+  diff_mode:
+    description:
+      - Shows the card's C(sriov_numvfs) and VF list before and after.
+options:
+  pci_address:
+    description:
+      - PCI address of the parent GPU (physical function), for example V(0000:82:00.0). Upper case and a missing
+        domain are accepted and normalised (V(82:00.0) is V(0000:82:00.0)).
+      - The device must be an NVIDIA device that is SR-IOV capable (has C(sriov_totalvfs)). A VF address is
+        refused, and the message names its parent.
+    type: str
+    required: true
+  state:
+    description:
+      - V(enabled) creates the card's VFs unless they are all there and readable.
+      - V(disabled) removes them unless there are none. This is refused while any VF is allocated, claimed or
+        held open, or while anything holds the card's device node.
+      - V(cycled) disables (when the card has VFs) and then enables. It has the same refusals as V(disabled),
+        and always reports a change.
+      - With V(enabled), if the card already has VFs but fewer than C(sriov_totalvfs), or some are unreadable,
+        the module waits O(timeout) for them to settle and then fails. C(sriov-manage -e) does not touch a card
+        that has VFs, so only V(cycled) recreates them.
+    type: str
+    choices: [enabled, disabled, cycled]
+    default: enabled
+  sriov_manage:
+    description:
+      - Path of NVIDIA's C(sriov-manage) script. It is run as C(<sriov_manage> -e|-d <pci_address>) with a fixed
+        argument list and C(LANG=C). Each run may take up to 10 minutes. It is never killed sooner, because a
+        half-finished run can leave the card unbound from its driver.
+    type: path
+    default: /usr/lib/nvidia/sriov-manage
+  data_dir:
+    description:
+      - hypeman's data directory. Instance metadata under C(<data_dir>/guests/) is read for VF claims.
+    type: path
+    default: /var/lib/hypeman
+  allowed_gpus:
+    description:
+      - Parent GPU addresses this run may act on. When given, any other O(pci_address) is refused, in every
+        state and in check mode. An empty list refuses every card.
+      - When omitted, any card may be acted on.
+    type: list
+    elements: str
+  force:
+    description:
+      - Skip only the check for claims in instance metadata, including unreadable metadata. Use it when a stopped
+        instance still claims a VF and hypeman's reconcile has not released it. The module warns about each claim
+        it ignored.
+      - It never skips the allocated, held-open or card device node checks.
+    type: bool
+    default: false
+  retries:
+    description:
+      - How many more times C(sriov-manage -e) is run when the VFs have not verified within O(timeout) of the
+        previous run. V(0) runs it once.
+    type: int
+    default: 2
+  delay:
+    description:
+      - Seconds between two sysfs checks while waiting for the expected state. Must be more than 0.
+    type: float
+    default: 2
+  timeout:
+    description:
+      - Seconds to wait, after each C(sriov-manage) run, for sysfs to show the expected state. The same wait applies
+        with O(state=enabled) when the card already has VFs that are not yet all readable.
+      - V(0) checks once, without waiting.
+    type: float
+    default: 60
+notes:
+  - Stop whatever holds the card first (DCGM, C(nvidia-dcgm-exporter)); the C(hypeman.vgpu.dcgm_quiesce) role does that
+    and restores them after.
+  - Drain the card first (C(hypeman.vgpu.gpu_drain)). A cycle destroys and recreates every VF of the card, and
+    afterwards hypeman's quarantine records for them must be cleared with hypeman stopped.
+  - In a play that sets C(module_defaults) for C(group/hypeman.vgpu.host), every option set there must be one this
+    module accepts.
+seealso:
+  - module: hypeman.vgpu.gpu_holders_info
+  - module: hypeman.vgpu.vgpu_placement_info
+  - module: hypeman.vgpu.vf_health
+"""
+
+EXAMPLES = r"""
+- name: Make sure a card has all its VFs
+  hypeman.vgpu.gpu_sriov:
+    pci_address: "0000:82:00.0"
+    state: enabled
+
+- name: See what a cycle would do and whether anything blocks it
+  hypeman.vgpu.gpu_sriov:
+    pci_address: "0000:82:00.0"
+    state: cycled
+    allowed_gpus: ["0000:82:00.0"]
+  check_mode: true
+  register: plan
+
+- name: Cycle SR-IOV on a drained, quiesced card (recreates every VF)
+  hypeman.vgpu.gpu_sriov:
+    pci_address: "0000:82:00.0"
+    state: cycled
+    allowed_gpus: "{{ recovery_allowed_gpus }}"
+    retries: 2
+    delay: 2
+    timeout: 90
+  register: cycle
+
+- name: Show the new VFs and their creatable types
+  ansible.builtin.debug:
+    msg: "{{ cycle.vfs | map(attribute='address') | list }} / {{ cycle.vfs[0].creatable_types }}"
+
+- name: Disable SR-IOV although a stopped instance still claims a VF in its metadata
+  hypeman.vgpu.gpu_sriov:
+    pci_address: "0000:82:00.0"
+    state: disabled
+    force: true
+"""
+
+RETURN = r"""
+pci_address:
+  description: The normalised parent GPU address acted on.
+  returned: always
+  type: str
+  sample: "0000:82:00.0"
+state:
+  description: The requested state.
+  returned: always
+  type: str
+  sample: cycled
+before:
+  description: The card's SR-IOV state before the run, from sysfs.
+  returned: always
+  type: dict
+  contains:
+    sriov_numvfs:
+      description: C(sriov_numvfs).
+      type: int
+    sriov_totalvfs:
+      description: C(sriov_totalvfs).
+      type: int
+    vfs:
+      description: VF addresses from the C(virtfn*) links, in C(virtfn) index order.
+      type: list
+      elements: str
+  sample: {"sriov_numvfs": 0, "sriov_totalvfs": 32, "vfs": []}
+after:
+  description:
+    - The card's SR-IOV state after the run, as read from sysfs; in check mode, as predicted. The predicted VF
+      addresses come from the card's C(sriov_offset) and C(sriov_stride), and are empty when those cannot be read.
+  returned: always
+  type: dict
+  contains:
+    sriov_numvfs:
+      description: C(sriov_numvfs).
+      type: int
+    sriov_totalvfs:
+      description: C(sriov_totalvfs).
+      type: int
+    vfs:
+      description: VF addresses, in C(virtfn) index order.
+      type: list
+      elements: str
+  sample: {"sriov_numvfs": 32, "sriov_totalvfs": 32, "vfs": ["0000:82:00.4", "0000:82:00.5"]}
+vfs:
+  description: The card's VFs after the run, as read from sysfs (the state before the run in check mode).
+  returned: always
+  type: list
+  elements: dict
+  contains:
+    index:
+      description: The C(virtfn) index.
+      type: int
+    address:
+      description: VF PCI address.
+      type: str
+    readable:
+      description: Whether its vGPU files can be read (the VF would be usable by hypeman).
+      type: bool
+    current_type:
+      description: C(current_vgpu_type) (V(0) = free), the mdev type on mdev hosts, or null.
+      type: str
+    creatable_types:
+      description: Names of the vGPU types the VF can create now, or null when unreadable.
+      type: list
+      elements: str
+    error:
+      description: Why the VF is not readable, or null.
+      type: str
+  sample:
+    - index: 0
+      address: "0000:82:00.4"
+      readable: true
+      current_type: "0"
+      creatable_types: ["NVIDIA L40S-1Q", "NVIDIA L40S-2Q"]
+      error: null
+commands:
+  description:
+    - Every C(sriov-manage) run, in order. In check mode, each command that would run, with C(skipped=true).
+  returned: always
+  type: list
+  elements: dict
+  contains:
+    argv:
+      description: The argument list.
+      type: list
+      elements: str
+    rc:
+      description: Exit code, or null when skipped or timed out.
+      type: int
+    stdout:
+      description: Standard output.
+      type: str
+    stderr:
+      description: Standard error.
+      type: str
+    skipped:
+      description: True in check mode, where nothing ran.
+      type: bool
+    timed_out:
+      description: True when the run was killed after 10 minutes.
+      type: bool
+  sample:
+    - argv: ["/usr/lib/nvidia/sriov-manage", "-d", "0000:82:00.0"]
+      rc: 0
+      stdout: "Disabling VFs on 0000:82:00.0\n"
+      stderr: ""
+      skipped: false
+      timed_out: false
+attempts:
+  description: How many times C(sriov-manage -e) ran (or would run in check mode).
+  returned: always
+  type: int
+  sample: 1
+holders:
+  description:
+    - Processes holding the card's device nodes or its VFs' VFIO nodes open, from the scan made before
+      C(sriov-manage) ran (or would run). After a C(Cannot obtain unbindLock) failure, the scan is repeated and
+      also lists holders of the shared nodes (C(nvidiactl), C(nvidia-uvm), ...).
+  returned: >-
+    when the card was scanned for holders, that is before C(sriov-manage) runs (or would run) and in a
+    refusal of a busy card
+  type: list
+  elements: dict
+  contains:
+    pid:
+      description: Process ID.
+      type: int
+    command:
+      description: The process name (C(comm)).
+      type: str
+    cmdline:
+      description: The command line.
+      type: str
+    unit:
+      description: The systemd unit the process runs in, or null.
+      type: str
+    paths:
+      description: The device nodes it holds open.
+      type: list
+      elements: str
+  sample:
+    - pid: 1234
+      command: nv-hostengine
+      cmdline: /usr/bin/nv-hostengine -n
+      unit: nvidia-dcgm.service
+      paths: ["/dev/nvidia0", "/dev/nvidiactl"]
+culprits:
+  description:
+    - Only in a failed result that refused to disable. Each list names what blocked the disable.
+  returned: on refusal
+  type: dict
+  contains:
+    allocated:
+      description: VFs with a vGPU, as C({vf, current_type}).
+      type: list
+      elements: dict
+    unreadable_vfs:
+      description:
+        - VFs whose vGPU state or VFIO nodes could not be read, as C({vf, error}). C(vf) is null for a
+          card-level read error (the error text names the path).
+      type: list
+      elements: dict
+    claimed:
+      description: Instances whose metadata claims a VF, as C({vf, instance_id, name, claim_field, metadata_path}).
+      type: list
+      elements: dict
+    unreadable_metadata:
+      description: Metadata files that could not be read, as C({instance_id, path, error}).
+      type: list
+      elements: dict
+    held_open:
+      description: Processes holding a VF's VFIO nodes, as C({vf, pid, command, unit, paths}).
+      type: list
+      elements: dict
+    card_holders:
+      description: Processes holding the card's C(/dev/nvidia<minor>) node, as C({pid, command, cmdline, unit, paths}).
+      type: list
+      elements: dict
+  sample:
+    allocated: [{"vf": "0000:82:00.4", "current_type": "1149"}]
+    unreadable_vfs: []
+    claimed: []
+    unreadable_metadata: []
+    held_open: []
+    card_holders: []
+"""
+
+import os
+import re
+import time
+
+from ansible.module_utils.basic import AnsibleModule
+
+from ansible_collections.hypeman.vgpu.plugins.module_utils._errors import VgpuError
+from ansible_collections.hypeman.vgpu.plugins.module_utils._module import host_path_spec, run_module
+from ansible_collections.hypeman.vgpu.plugins.module_utils import _cmd, _hypeman, _proc, _sysfs
+
+# A run of sriov-manage is never killed sooner: a half-done run can leave the card unbound.
+COMMAND_TIMEOUT = 600
+# NVIDIA's script prints "Cannot obtain unbindLock for <gpu>"; other tools use lower case.
+UNBIND_LOCK_RE = re.compile(r"cannot obtain unbindlock", re.IGNORECASE)
+# How many addresses a message lists before it says "and N more".
+_LIST_LIMIT = 8
+
+# The clock and the pause between checks (tests replace them with a simulated clock).
+_now = time.monotonic
+_sleep = time.sleep
+
+
+def _shorten(items):
+    items = list(items)
+    if len(items) <= _LIST_LIMIT:
+        return ", ".join(items)
+    return "%s and %d more" % (", ".join(items[:_LIST_LIMIT]), len(items) - _LIST_LIMIT)
+
+
+def _who(holder):
+    """``pid 1234 (nv-hostengine, unit nvidia-dcgm.service)``."""
+    parts = [holder.get("command") or "?"]
+    if holder.get("unit"):
+        parts.append("unit %s" % holder["unit"])
+    return "pid %d (%s)" % (holder["pid"], ", ".join(parts))
+
+
+def _read_int(path):
+    with open(path, "r") as handle:
+        return _sysfs.go_atoi(handle.read().strip())
+
+
+def expected_vf_addresses(sysfs_root, address, total):
+    """VF addresses the kernel will create: the PF's routing id + ``sriov_offset`` + k * ``sriov_stride``.
+
+    None when the card does not say (no readable offset/stride).
+    """
+    base = os.path.join(_sysfs.pci_devices_dir(sysfs_root), address)
+    try:
+        offset = _read_int(os.path.join(base, "sriov_offset"))
+        stride = _read_int(os.path.join(base, "sriov_stride"))
+    except (IOError, OSError, ValueError):
+        return None
+    domain, bus, rest = address.split(":")
+    dev, func = rest.split(".")
+    rid = (int(bus, 16) << 8) | (int(dev, 16) << 3) | int(func, 16)
+    out = []
+    for k in range(total or 0):
+        vf_rid = rid + offset + k * stride
+        out.append("%s:%02x:%02x.%x" % (domain, (vf_rid >> 8) & 0xFF, (vf_rid >> 3) & 0x1F, vf_rid & 0x7))
+    return out
+
+
+class Snapshot(object):
+    """The card's SR-IOV state as sysfs shows it at one moment."""
+
+    def __init__(self, sysfs_root, address):
+        parent = _sysfs.read_parent(sysfs_root, address)
+        self.address = address
+        self.exists = parent["exists"]
+        self.errors = list(parent["errors"])
+        self.vendor_id = parent["vendor_id"]
+        self.numvfs = parent["sriov_numvfs"]
+        self.totalvfs = parent["sriov_totalvfs"]
+        self.virtfns = parent["virtfns"]
+        self.discovery = _sysfs.discover(sysfs_root) if self.virtfns or self.numvfs else None
+        self._found = self.discovery.vf_map() if self.discovery is not None else {}
+        self._unreadable = {}
+        for entry in self.discovery.unreadable if self.discovery is not None else []:
+            self._unreadable.setdefault(entry["address"], entry)
+        self.vfs = [self._vf_view(sysfs_root, fn) for fn in self.virtfns]
+        # Every VF of the card: virtfn links plus anything whose physfn still points here.
+        addresses = set(fn["address"] for fn in self.virtfns)
+        if self.discovery is not None:
+            addresses.update(vf["address"] for vf in self.discovery.vfs if vf["parent"] == address)
+            addresses.update(entry["address"] for entry in self.discovery.unreadable if entry["parent"] == address)
+        self.all_vf_addresses = sorted(addresses)
+
+    def _vf_view(self, sysfs_root, fn):
+        view = {"index": fn["index"], "address": fn["address"], "readable": False, "current_type": None,
+                "creatable_types": None, "error": None}
+        found = self._found.get(fn["address"])
+        unreadable = self._unreadable.get(fn["address"])
+        if found is not None:
+            view["current_type"] = found["current_type"]
+            if found["parent"] != self.address:
+                view["error"] = "physfn of VF %s points at %s, not at %s" % (
+                    fn["address"], found["parent"], self.address)
+            elif found["creatable"] is None:
+                view["error"] = found["creatable_error"]
+            else:
+                view["readable"] = True
+                view["creatable_types"] = [p["name"] for p in found["creatable"]]
+        elif unreadable:
+            view["error"] = unreadable["error"]
+        elif not os.path.isdir(os.path.join(_sysfs.pci_devices_dir(sysfs_root), fn["address"])):
+            view["error"] = "virtfn%d points at %s, which is not a device in sysfs" % (fn["index"], fn["address"])
+        else:
+            view["error"] = ("VF %s has no vGPU files (no nvidia/creatable_vgpu_types): the nvidia driver has not "
+                             "probed it" % fn["address"])
+        return view
+
+    def allocated(self):
+        """``(allocated, unreadable)`` VFs of the card from hypeman's discovery."""
+        if self.discovery is None:
+            return [], []
+        allocated = [{"vf": vf["address"], "current_type": vf["current_type"]}
+                     for vf in self.discovery.vfs if vf["address"] in self.all_vf_addresses and vf["allocated"]]
+        unreadable = [{"vf": e["address"], "error": e["error"]}
+                      for e in self.discovery.unreadable if e["address"] in self.all_vf_addresses]
+        return allocated, unreadable
+
+    def summary(self):
+        return {"sriov_numvfs": self.numvfs, "sriov_totalvfs": self.totalvfs,
+                "vfs": [fn["address"] for fn in self.virtfns]}
+
+    def enabled_problems(self, need_types):
+        """What keeps the card from counting as enabled; [] when it does."""
+        problems = []
+        if self.numvfs != self.totalvfs:
+            problems.append("sriov_numvfs is %s, expected sriov_totalvfs %s" % (self.numvfs, self.totalvfs))
+        if len(self.virtfns) != (self.totalvfs or 0):
+            problems.append("%d virtfn link(s), expected %s" % (len(self.virtfns), self.totalvfs))
+        unreadable = [vf for vf in self.vfs if not vf["readable"]]
+        if unreadable:
+            problems.append("unreadable VF(s): %s" % "; ".join(vf["error"] for vf in unreadable[:_LIST_LIMIT]))
+            if len(unreadable) > _LIST_LIMIT:
+                problems[-1] += "; and %d more" % (len(unreadable) - _LIST_LIMIT)
+        if need_types:
+            empty = [vf["address"] for vf in self.vfs if vf["readable"] and not vf["creatable_types"]]
+            if empty:
+                problems.append("VF(s) without creatable vGPU types: %s" % _shorten(empty))
+        return problems
+
+    def disabled_problems(self, sysfs_root, old_vfs):
+        problems = []
+        if self.numvfs != 0:
+            problems.append("sriov_numvfs is %s, expected 0" % self.numvfs)
+        if self.virtfns:
+            problems.append("virtfn links remain for %s" % _shorten(fn["address"] for fn in self.virtfns))
+        left = [vf for vf in old_vfs if os.path.lexists(os.path.join(_sysfs.pci_devices_dir(sysfs_root), vf))]
+        if left:
+            problems.append("VF devices still in sysfs: %s" % _shorten(left))
+        return problems
+
+
+class Run(object):
+    def __init__(self, module):
+        self.module = module
+        params = module.params
+        self.params = params
+        self.state = params["state"]
+        self.check_mode = module.check_mode
+        self.sysfs_root = params["sysfs_root"]
+        self.commands = []
+        self.attempts = 0
+        self.holders = None
+        self.address = self._validate()
+
+    # ------------------------------------------------------------ inputs
+    def _validate(self):
+        params = self.params
+        address = _sysfs.normalize_card_address(params["pci_address"], "pci_address")
+        if params["allowed_gpus"] is not None:
+            allowed = [_sysfs.normalize_card_address(text, "allowed_gpus entry") for text in params["allowed_gpus"]]
+            if address not in allowed:
+                raise VgpuError("%s is not in allowed_gpus (%s): refusing to change SR-IOV on it"
+                                % (address, ", ".join(allowed) or "empty: no card may be changed"),
+                                pci_address=address)
+        if params["retries"] < 0:
+            raise VgpuError("retries is %d; expected 0 or more" % params["retries"])
+        if not params["delay"] > 0:
+            raise VgpuError("delay is %s; expected a number of seconds more than 0" % params["delay"])
+        if not params["timeout"] >= 0:
+            raise VgpuError("timeout is %s; expected a number of seconds, 0 or more" % params["timeout"])
+        return address
+
+    def _check_card(self, snap):
+        """The device must be an NVIDIA SR-IOV parent GPU whose SR-IOV files read cleanly."""
+        address = self.address
+        if not snap.exists:
+            raise VgpuError("%s: no such PCI device under %s" % (address, _sysfs.pci_devices_dir(self.sysfs_root)),
+                            pci_address=address)
+        parent = _sysfs.parent_of(self.sysfs_root, address)
+        if parent:
+            raise VgpuError("%s is a VF of %s; pci_address must be the parent GPU" % (address, parent),
+                            pci_address=address)
+        if snap.errors:
+            raise VgpuError("cannot read the SR-IOV state of %s: %s" % (address, "; ".join(snap.errors)),
+                            pci_address=address)
+        if snap.vendor_id != _sysfs.NVIDIA_VENDOR_ID:
+            raise VgpuError("%s is not an NVIDIA device (vendor 0x%s)" % (address, snap.vendor_id),
+                            pci_address=address)
+        if snap.totalvfs is None or snap.numvfs is None:
+            raise VgpuError("%s is not SR-IOV capable: it has no sriov_totalvfs/sriov_numvfs" % address,
+                            pci_address=address)
+        if snap.totalvfs < 1:
+            raise VgpuError("%s reports sriov_totalvfs=%d: SR-IOV is not available on it (is the vGPU host driver "
+                            "loaded with SR-IOV enabled?)" % (address, snap.totalvfs), pci_address=address)
+
+    def _check_tool(self):
+        path = self.params["sriov_manage"]
+        if not (os.path.isfile(path) and os.access(path, os.X_OK)):
+            raise VgpuError("sriov_manage %s is not an executable file; install the NVIDIA vGPU host driver or set "
+                            "sriov_manage to the script's path" % path, pci_address=self.address)
+
+    # ------------------------------------------------------------ safety
+    def _scan_holders(self, snap, shared=False):
+        """Holders of the card's nodes (and of shared control nodes when asked), split per VF.
+
+        Returns ``(holders, card_holders, held_open, unreadable)``: ``card_holders``
+        hold the card's own ``nvidia<minor>`` (or the PF's VFIO) node, ``held_open``
+        are ``{vf, pid, ...}`` for each VF whose VFIO nodes a process holds,
+        ``unreadable`` what could not be read (fail closed).
+        """
+        dev_root = os.path.normpath(self.params["dev_root"])
+        nodes = _proc.card_nodes(self.sysfs_root, self.params["proc_root"], dev_root, self.address)
+        unreadable = [{"vf": None, "error": err} for err in nodes["errors"]]
+        vf_of_node = {}
+        # VFs whose physfn points here but that lost their virtfn link are checked too.
+        for vf in snap.all_vf_addresses:
+            paths, errors = _sysfs.vfio_nodes(self.sysfs_root, dev_root, vf)
+            unreadable.extend({"vf": vf, "error": err} for err in errors if err not in nodes["errors"])
+            vf_of_node.update((path, vf) for path in paths)
+        nodes["vfio"] = sorted(set(nodes["vfio"]) | set(vf_of_node))
+        scanned = _proc.scan_device_holders(self.params["proc_root"], dev_root)
+        holders, card_holders, held_open = [], [], []
+        for entry in _proc.card_holders(scanned, nodes, dev_root, include_shared=shared):
+            holder = {"pid": entry["pid"], "command": entry["command"], "cmdline": entry["cmdline"],
+                      "unit": entry["unit"], "paths": entry["paths"]}
+            holders.append(holder)
+            own = [path for path in entry["card_paths"] if path not in vf_of_node]
+            if own:
+                card_holders.append(dict(holder, paths=own))
+            by_vf = {}
+            for path in entry["card_paths"]:
+                if path in vf_of_node:
+                    by_vf.setdefault(vf_of_node[path], []).append(path)
+            for vf in sorted(by_vf):
+                held_open.append({"vf": vf, "pid": entry["pid"], "command": entry["command"], "unit": entry["unit"],
+                                  "paths": by_vf[vf]})
+        return holders, card_holders, held_open, unreadable
+
+    def _claims(self, snap):
+        """``(claimed, unreadable_metadata)`` for the card's VFs from instance metadata."""
+        try:
+            instances, unreadable = _hypeman.list_instances(self.params["data_dir"])
+        except VgpuError as err:
+            path = _hypeman.guests_dir(self.params["data_dir"])
+            return [], [{"instance_id": None, "path": path, "error": err.msg}]
+        mdev_vf = {}
+        if any(inst["mdev_uuid"] and not inst["vf_address"] for inst in instances):
+            mdev_vf = dict((m["uuid"], m["vf"]) for m in _sysfs.list_mdevs(self.sysfs_root))
+        card_vfs = set(snap.all_vf_addresses)
+        claimed = []
+        for inst in instances:
+            vf = inst["vf_address"] or mdev_vf.get(inst["mdev_uuid"])
+            if inst["device_path"] and vf in card_vfs:
+                claimed.append({"vf": vf, "instance_id": inst["id"], "name": inst["name"],
+                                "claim_field": inst["claim_field"], "metadata_path": inst["metadata_path"]})
+        return claimed, unreadable
+
+    def _refuse_if_busy(self, snap, disabling):
+        """Refuse before sriov-manage runs: the card's VFs (when disabling) and its device node."""
+        holders, card_holders, held_open, unreadable_nodes = self._scan_holders(snap)
+        self.holders = holders
+        culprits = {"allocated": [], "unreadable_vfs": [], "claimed": [], "unreadable_metadata": [],
+                    "held_open": [], "card_holders": card_holders}
+        if disabling:
+            culprits["allocated"], culprits["unreadable_vfs"] = snap.allocated()
+            culprits["unreadable_vfs"].extend(unreadable_nodes)
+            culprits["held_open"] = held_open
+            claimed, unreadable_meta = self._claims(snap)
+            if self.params["force"]:
+                for claim in claimed:
+                    self.module.warn("force: ignoring the claim of instance %s (%s) on VF %s in %s"
+                                     % (claim["instance_id"], claim["name"], claim["vf"], claim["metadata_path"]))
+                for entry in unreadable_meta:
+                    self.module.warn("force: ignoring unreadable metadata %s: %s" % (entry["path"], entry["error"]))
+            else:
+                culprits["claimed"], culprits["unreadable_metadata"] = claimed, unreadable_meta
+        reasons = []
+        if culprits["allocated"]:
+            reasons.append("allocated VF(s) (current_vgpu_type is not 0): %s" % _shorten(
+                "%s (type %s)" % (c["vf"], c["current_type"]) for c in culprits["allocated"]))
+        if culprits["unreadable_vfs"]:
+            reasons.append("VF(s) whose state cannot be read, so they cannot be proven free: %s" % _shorten(
+                c["error"] for c in culprits["unreadable_vfs"]))
+        if culprits["claimed"]:
+            reasons.append("VF(s) claimed in instance metadata (GPUDevicePath, counts even for a stopped instance; "
+                           "force skips only this check): %s" % _shorten(
+                               "%s by instance %s (%s)" % (c["vf"], c["instance_id"], c["name"])
+                               for c in culprits["claimed"]))
+        if culprits["unreadable_metadata"]:
+            reasons.append("instance metadata that cannot be read, so claims cannot be ruled out: %s" % _shorten(
+                "%s: %s" % (c["path"], c["error"]) for c in culprits["unreadable_metadata"]))
+        if culprits["held_open"]:
+            reasons.append("VF(s) held open: %s" % _shorten(
+                "%s by %s" % (c["vf"], _who(c)) for c in culprits["held_open"]))
+        if culprits["card_holders"]:
+            reasons.append("the card's device node is held open, so sriov-manage would fail with "
+                           "'Cannot obtain unbindLock': %s" % _shorten(
+                               "%s holds %s" % (_who(c), ", ".join(c["paths"])) for c in culprits["card_holders"]))
+        if reasons:
+            action = "disable" if disabling else "enable"
+            raise VgpuError("refusing to %s SR-IOV on %s: %s" % (action, self.address, "; ".join(reasons)),
+                            **self._details(snap, culprits=culprits, holders=holders))
+
+    # ------------------------------------------------------------ acting
+    def _details(self, before, after=None, **extra):
+        details = {"pci_address": self.address, "state": self.state, "before": before.summary(),
+                   "after": (after or before).summary(), "commands": [c.to_data() for c in self.commands],
+                   "attempts": self.attempts, "changed": any(not c.skipped for c in self.commands)}
+        if self.holders is not None:
+            details["holders"] = self.holders
+        details.update(extra)
+        return details
+
+    def _run(self, flag, before):
+        result = _cmd.run([self.params["sriov_manage"], flag, self.address], timeout=COMMAND_TIMEOUT,
+                          check_mode=self.check_mode)
+        self.commands.append(result)
+        if not result.skipped and UNBIND_LOCK_RE.search(result.output()):
+            snap = Snapshot(self.sysfs_root, self.address)
+            self.holders = self._scan_holders(snap, shared=True)[0]
+            who = "; ".join("%s holds %s" % (_who(h), ", ".join(h["paths"])) for h in self.holders)
+            raise VgpuError("sriov-manage %s %s: Cannot obtain unbindLock: %s" % (
+                flag, self.address, ("processes hold the card's device nodes now: %s. Stop them (for example with "
+                                     "the hypeman.vgpu.dcgm_quiesce role) and run again" % who) if who else
+                "no process holds the card's device nodes now (the holder may have exited); run again"),
+                **self._details(before, snap))
+        return result
+
+    def _wait(self, problems_of):
+        """Poll sysfs every ``delay`` seconds for up to ``timeout``; ``(snapshot, problems)``."""
+        deadline = _now() + self.params["timeout"]
+        while True:
+            snap = Snapshot(self.sysfs_root, self.address)
+            problems = problems_of(snap)
+            remaining = deadline - _now()
+            if not problems or remaining <= 0:
+                return snap, problems
+            _sleep(min(self.params["delay"], remaining))
+
+    def _note_exit(self, result):
+        if result.timed_out:
+            self.module.warn("%s timed out after %d s and was killed; sysfs was checked anyway"
+                             % (" ".join(result.argv), COMMAND_TIMEOUT))
+        elif result.rc != 0:
+            self.module.warn("%s exited %s (%s); the result was judged from sysfs"
+                             % (" ".join(result.argv), result.rc, result.output() or "no output"))
+
+    def disable(self, before):
+        self._check_tool()
+        self._refuse_if_busy(before, disabling=True)
+        result = self._run("-d", before)
+        if self.check_mode:
+            return {"sriov_numvfs": 0, "sriov_totalvfs": before.totalvfs, "vfs": []}
+        old_vfs = before.all_vf_addresses
+        snap, problems = self._wait(lambda s: s.disabled_problems(self.sysfs_root, old_vfs))
+        if problems:
+            raise VgpuError("sriov-manage -d %s %s but SR-IOV is not disabled after %s s: %s. Output: %s" % (
+                self.address, "timed out" if result.timed_out else "exited %s" % result.rc, self.params["timeout"],
+                "; ".join(problems), result.output() or "(none)"), **self._details(before, snap))
+        self._note_exit(result)
+        return snap
+
+    def enable(self, before):
+        self._check_tool()
+        snap = Snapshot(self.sysfs_root, self.address) if not self.check_mode else before
+        self._refuse_if_busy(snap, disabling=False)
+        expected = expected_vf_addresses(self.sysfs_root, self.address, before.totalvfs)
+        while True:
+            self.attempts += 1
+            result = self._run("-e", before)
+            if self.check_mode:
+                return {"sriov_numvfs": before.totalvfs, "sriov_totalvfs": before.totalvfs, "vfs": expected or []}
+            snap, problems = self._wait(lambda s: s.enabled_problems(need_types=True))
+            if not problems:
+                self._note_exit(result)
+                return snap
+            if self.attempts > self.params["retries"]:
+                break
+        missing = []
+        if expected:
+            present = set(fn["address"] for fn in snap.virtfns)
+            missing = [vf for vf in expected if vf not in present]
+        outputs = " | ".join("run %d: rc=%s %s" % (n + 1, c.rc, c.output() or "(no output)")
+                             for n, c in enumerate(c for c in self.commands if c.argv[1] == "-e"))
+        raise VgpuError("sriov-manage -e %s did not produce working VFs: after %d run(s), waiting up to %s s after "
+                        "each, sysfs shows %s%s. sriov-manage output: %s" % (
+                            self.address, self.attempts, self.params["timeout"], "; ".join(problems),
+                            ("; missing VF(s): %s" % _shorten(missing)) if missing else "", outputs),
+                        missing=missing, vfs=snap.vfs, **self._details(before, snap))
+
+    def run(self):
+        before = Snapshot(self.sysfs_root, self.address)
+        self._check_card(before)
+        after = before
+        if self.state == "enabled":
+            problems = before.enabled_problems(need_types=False)
+            if problems and before.numvfs:
+                # sriov-manage -e leaves a card with VFs alone: wait for a previous enable to settle, never re-run.
+                after, problems = self._wait(lambda s: s.enabled_problems(need_types=False))
+                if problems:
+                    raise VgpuError("%s has SR-IOV enabled but its VFs are not all usable after %s s: %s. sriov-manage "
+                                    "-e does not touch a card that has VFs; use state=cycled to recreate them"
+                                    % (self.address, self.params["timeout"], "; ".join(problems)),
+                                    vfs=after.vfs, **self._details(before, after))
+            elif problems:
+                after = self.enable(before)
+        elif self.state == "disabled":
+            if before.numvfs:
+                after = self.disable(before)
+        else:
+            if before.numvfs:
+                self.disable(before)
+            after = self.enable(before)
+        return self._result(before, after)
+
+    def _result(self, before, after):
+        after_summary = after if isinstance(after, dict) else after.summary()
+        result = {"changed": bool(self.commands), "pci_address": self.address, "state": self.state,
+                  "before": before.summary(), "after": after_summary,
+                  "vfs": (after if not isinstance(after, dict) else before).vfs,
+                  "commands": [c.to_data() for c in self.commands], "attempts": self.attempts}
+        if self.holders is not None:
+            result["holders"] = self.holders
+        if self.module._diff:
+            result["diff"] = {"before_header": "%s (sysfs)" % self.address, "after_header": "%s (sysfs)" % self.address,
+                              "before": _diff_text(result["before"]), "after": _diff_text(after_summary)}
+        return result
+
+
+def _diff_text(summary):
+    lines = ["sriov_numvfs: %s" % summary["sriov_numvfs"], "sriov_totalvfs: %s" % summary["sriov_totalvfs"], "vfs:"]
+    lines.extend("  - %s" % vf for vf in summary["vfs"])
+    return "\n".join(lines) + "\n"
+
+
+def body(module):
+    return Run(module).run()
+
+
+def main():
+    module = AnsibleModule(
+        argument_spec=host_path_spec(
+            "sysfs_root", "proc_root", "dev_root",
+            pci_address=dict(type="str", required=True),
+            state=dict(type="str", default="enabled", choices=["enabled", "disabled", "cycled"]),
+            sriov_manage=dict(type="path", default="/usr/lib/nvidia/sriov-manage"),
+            data_dir=dict(type="path", default="/var/lib/hypeman"),
+            allowed_gpus=dict(type="list", elements="str"),
+            force=dict(type="bool", default=False),
+            retries=dict(type="int", default=2),
+            delay=dict(type="float", default=2),
+            timeout=dict(type="float", default=60),
+        ),
+        supports_check_mode=True,
+    )
+    run_module(module, body)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,576 @@
+#!/usr/bin/python
+# -*- coding: utf-8 -*-
+# Copyright: hypeman.vgpu contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+---
+module: vf_health
+short_description: Record VF failures and successes, quarantine, clear or repair hypeman's VF health store
+version_added: 0.1.0
+author:
+  - hypeman.vgpu contributors (!UNKNOWN)
+description:
+  - Edits hypeman's VF health store (C(<data_dir>/gpu/vf-health.json)) with hypeman's own rules, so the
+    file stays one hypeman loads. The store decides which SR-IOV virtual functions (VFs) hypeman keeps
+    out of vGPU placement (quarantined).
+  - O(state=failed) and O(state=succeeded) are hypeman's failure and success reports for one assignment
+    (O(instance_id), O(assigned_at)), with hypeman's de-duplication, threshold and rescind rules.
+  - O(state=quarantined) drains VFs by hand, O(state=absent) removes their records, O(state=repaired)
+    rewrites an unreadable, invalid or legacy store while keeping every VF it can find quarantined.
+  - Every write takes an exclusive lock beside the store, re-evaluates the quarantine threshold as hypeman
+    does at load, and replaces the file atomically and durably with hypeman's procedure. An invalid store
+    is never changed except by O(state=repaired).
+  - Quarantines and clears are appended to this collection's ledger in O(state_dir), which is how
+    O(owned_only) knows which quarantines this collection made.
+  - hypeman keeps the store in memory and overwrites the file on its next report. Edit with hypeman
+    stopped, or restart it right after the edit; the module warns when a hypeman process is running.
+extends_documentation_fragment:
+  - hypeman.vgpu.host_paths
+  - hypeman.vgpu.host_paths.data_dir
+  - hypeman.vgpu.host_paths.sysfs_root
+  - hypeman.vgpu.host_paths.proc_root
+  - hypeman.vgpu.host_paths.dev_root
+  - hypeman.vgpu.host_paths.state_dir
+  - hypeman.vgpu.host_paths.config_path
+  - hypeman.vgpu.host_paths.api
+  - hypeman.vgpu.attributes
+  - hypeman.vgpu.attributes.state_module
+options:
+  state:
+    description:
+      - V(failed) records a driver init failure of the assignment O(instance_id)/O(assigned_at) on each VF
+        (hypeman's C(ReportVFInitFailure)); nothing changes on a quarantined VF or for an assignment
+        already recorded; the VF is quarantined when its failures reach the threshold.
+      - V(succeeded) reports a successful driver init of that assignment (hypeman's C(ReportVFInitSuccess)).
+        The matching failure and every older one are cleared; a quarantine is rescinded only when the match
+        is the VF's newest failure. A hand-made quarantine without failures is never rescinded.
+      - V(quarantined) quarantines each VF by hand (drain), keeping its failures, and records the
+        quarantine as owned in the ledger with O(reason).
+      - V(absent) removes each VF's whole record. With O(owned_only=true) quarantines the ledger does not
+        own are skipped and reported as C(skipped_not_owned).
+      - V(repaired) acts only on an unreadable, invalid or legacy store. It keeps the old file as a
+        timestamped backup and writes a valid store in which every VF address found in the old file is
+        quarantined. On a valid or missing store it changes nothing.
+    type: str
+    required: true
+    choices: [failed, succeeded, quarantined, absent, repaired]
+  vf_addresses:
+    description:
+      - VF PCI addresses to act on, for example V(0000:82:00.4). Upper case and a missing domain are
+        accepted and normalised (V(82:00.4) is V(0000:82:00.4)).
+      - Mutually exclusive with O(parent_gpu); one of them is required unless O(state=repaired).
+    type: list
+    elements: str
+    aliases: [vf_address]
+  parent_gpu:
+    description:
+      - Act on every VF of this parent GPU (physical function) PCI address, found through the
+        C(<sysfs_root>/bus/pci/devices/<parent_gpu>/virtfn*) links, plus every VF the ledger recorded for
+        this card (VFs may be gone from sysfs while their records remain).
+    type: str
+  instance_id:
+    description:
+      - The hypeman instance ID of the assignment. Required for O(state=failed) and O(state=succeeded).
+      - May be empty, as in hypeman; an empty value is omitted from the file.
+    type: str
+  assigned_at:
+    description:
+      - The assignment's claim time exactly as hypeman renders it (UTC RFC 3339 with nanoseconds, for
+        example V(2026-08-20T15:00:00.123456789Z)). It is compared as an exact string, never parsed.
+      - Required for O(state=failed) and O(state=succeeded); may be empty.
+    type: str
+  threshold:
+    description:
+      - Failures (distinct assignments) that quarantine a VF. Defaults to C(gpu.vf_quarantine_threshold)
+        from O(config_path), else hypeman's default 2. Must be 1 or more.
+      - Used for O(state=failed) and for the re-evaluation hypeman applies at load, which this module
+        applies whenever it writes.
+    type: int
+  reason:
+    description:
+      - Why, recorded in the ledger (for example a ticket or "drain for SR-IOV cycle").
+    type: str
+  owned_only:
+    description:
+      - With O(state=absent), remove a quarantined VF's record only when this collection owns the
+        quarantine (the ledger's latest entry for the VF is our manual quarantine and the store still holds
+        the same C(quarantined_at)). Records without a quarantine are removed either way.
+      - Set to V(false) only when every record of the VFs must go, for example after a verified SR-IOV
+        cycle recreated them.
+    type: bool
+    default: true
+  backup:
+    description:
+      - Keep a timestamped copy of the store before changing it. O(state=repaired) always keeps one.
+    type: bool
+    default: false
+  requested_by:
+    description:
+      - Who asked for the change, for the ledger. Defaults to C(SUDO_USER), else C(LOGNAME), else the
+        effective user on the host.
+    type: str
+  job_id:
+    description:
+      - Job identifier for the ledger, for example AWX's C(awx_job_id) passed by a role.
+    type: str
+notes:
+  - It accepts every host-path option of the C(group/hypeman.vgpu.host) action group, so one
+    C(module_defaults) entry serves all modules. It ignores the options it does not read,
+    O(dev_root) and the API options.
+  - The store's temporary file is C(<store>.tmp), as for hypeman, and the lock file is C(<store>.lock).
+    A store or temporary file that is a symlink is refused; a O(data_dir) that is a symlink is fine.
+seealso:
+  - module: hypeman.vgpu.vf_health_info
+"""
+
+EXAMPLES = r"""
+- name: Record a driver init failure reported by a guest
+  hypeman.vgpu.vf_health:
+    state: failed
+    vf_address: "0000:82:00.4"
+    instance_id: tz4a98xxat96iws9zmbrgj3a
+    assigned_at: "2026-08-20T15:00:00.123456789Z"
+
+- name: The same assignment later initialised fine
+  hypeman.vgpu.vf_health:
+    state: succeeded
+    vf_address: "0000:82:00.4"
+    instance_id: tz4a98xxat96iws9zmbrgj3a
+    assigned_at: "2026-08-20T15:00:00.123456789Z"
+
+- name: Drain a whole card (hypeman stopped around the edit)
+  hypeman.vgpu.vf_health:
+    state: quarantined
+    parent_gpu: "0000:82:00.0"
+    reason: drain for SR-IOV cycle
+    job_id: "{{ awx_job_id | default(omit) }}"
+  register: drain
+
+- name: Undo only the quarantines this collection made
+  hypeman.vgpu.vf_health:
+    state: absent
+    parent_gpu: "0000:82:00.0"
+    owned_only: true
+
+- name: Convert a legacy or broken store, keeping every VF it names quarantined
+  hypeman.vgpu.vf_health:
+    state: repaired
+  register: repair
+
+- name: Show where the old file went
+  ansible.builtin.debug:
+    msg: "backup: {{ repair.backup_file }}"
+  when: repair.changed
+"""
+
+RETURN = r"""
+outcomes:
+  description:
+    - Per VF address, what happened (or would happen in check mode).
+    - V(recorded) failure tallied below the threshold; V(quarantined) the VF is now quarantined;
+      V(unchanged) nothing to do; V(cleared) failures or the record were removed without rescinding a
+      quarantine; V(rescinded) a success removed the record and its quarantine;
+      V(skipped_not_owned) O(owned_only) kept a quarantine this collection does not own.
+  returned: always
+  type: dict
+  sample: {"0000:82:00.4": "recorded"}
+cleared:
+  description: Per VF, how many failures a success cleared (O(state=succeeded) only).
+  returned: when O(state=succeeded)
+  type: dict
+  sample: {"0000:82:00.4": 2}
+not_owned:
+  description: Per VF skipped by O(owned_only), why.
+  returned: always
+  type: dict
+  sample: {"0000:82:00.5": "quarantine is not owned by this collection (latest ledger entry: none)"}
+reevaluated:
+  description:
+    - VFs this write also quarantined because their failures already reach the threshold (hypeman does the
+      same at its next load). Empty when nothing was written.
+  returned: always
+  type: list
+  elements: str
+  sample: []
+records:
+  description: The store's records after the change (in check mode, as they would be), sorted by address.
+  returned: always
+  type: list
+  elements: dict
+  contains:
+    vf_address:
+      description: VF PCI address.
+      type: str
+    failures:
+      description: Failed assignments, oldest first.
+      type: list
+      elements: dict
+      contains:
+        instance_id:
+          description: Instance ID (may be empty).
+          type: str
+        assigned_at:
+          description: Assignment time string (may be empty).
+          type: str
+        reported_at:
+          description: When the failure was recorded (UTC RFC 3339).
+          type: str
+    quarantined_at:
+      description: When the VF was quarantined, or null.
+      type: str
+  sample:
+    - vf_address: "0000:82:00.4"
+      failures:
+        - instance_id: tz4a98xxat96iws9zmbrgj3a
+          assigned_at: "2026-08-20T15:00:00.123456789Z"
+          reported_at: "2026-08-20T15:00:42.5Z"
+      quarantined_at: null
+quarantined:
+  description: Sorted VF addresses quarantined after the change.
+  returned: always
+  type: list
+  elements: str
+  sample: ["0000:e3:00.4"]
+vf_addresses:
+  description: The normalised VF addresses acted on (from O(vf_addresses) or O(parent_gpu)).
+  returned: always
+  type: list
+  elements: str
+  sample: ["0000:82:00.4"]
+store_path:
+  description: Path of the store.
+  returned: always
+  type: str
+  sample: /var/lib/hypeman/gpu/vf-health.json
+backup_file:
+  description: Path of the backup taken before the change, or null.
+  returned: always
+  type: str
+  sample: /var/lib/hypeman/gpu/vf-health.json.4242.2026-08-20@15:00:00~
+threshold:
+  description: The quarantine threshold used.
+  returned: always
+  type: int
+  sample: 2
+threshold_source:
+  description: Where the threshold came from (V(option), V(default) or the config file path).
+  returned: always
+  type: str
+  sample: default
+previous_format:
+  description: The store's format before the run (V(v1), V(legacy), V(invalid), V(missing)).
+  returned: always
+  type: str
+  sample: v1
+previous_error:
+  description: hypeman's load error for the store before the run, or null.
+  returned: always
+  type: str
+  sample: null
+ledger_path:
+  description: The ledger file this run appends to.
+  returned: always
+  type: str
+  sample: /var/lib/hypeman-vgpu/ledger.jsonl
+ledger_entries:
+  description: Entries appended to the ledger (none in check mode).
+  returned: always
+  type: list
+  elements: dict
+  sample: []
+hypeman_running:
+  description: Whether a C(hypeman-api)/C(hypeman) process is running (null when it could not be told).
+  returned: always
+  type: bool
+  sample: false
+hypeman_processes:
+  description: The hypeman processes found, as C({pid, comm, cmdline}).
+  returned: always
+  type: list
+  elements: dict
+  sample: []
+"""
+
+import os
+import time
+
+from ansible.module_utils.basic import AnsibleModule
+
+from ansible_collections.hypeman.vgpu.plugins.module_utils._errors import VgpuError
+from ansible_collections.hypeman.vgpu.plugins.module_utils._module import host_path_spec, run_module, store_path
+from ansible_collections.hypeman.vgpu.plugins.module_utils._hypeman import resolve_threshold
+from ansible_collections.hypeman.vgpu.plugins.module_utils import _gotime, _ledger, _proc, _store, _sysfs
+
+HYPEMAN_PROCESS_NAMES = ("hypeman-api", "hypeman")
+
+
+def target_vfs(params, ledger):
+    """The normalised VFs to act on, in input order (card order for parent_gpu)."""
+    if params["vf_addresses"] is not None:
+        seen, result = set(), []
+        for text in params["vf_addresses"]:
+            address = _store.normalize_vf_address(text)
+            if address not in seen:
+                seen.add(address)
+                result.append(address)
+        return result
+    parent = _store.normalize_vf_address(params["parent_gpu"])
+    info = _sysfs.read_parent(params["sysfs_root"], parent)
+    vfs = [vf["address"] for vf in info["virtfns"]]
+    for address in ledger.vfs_for_parent(parent):
+        if address not in vfs:
+            vfs.append(address)
+    if not vfs:
+        card_dir = os.path.join(_sysfs.pci_devices_dir(params["sysfs_root"]), parent)
+        raise VgpuError("parent_gpu %s: no VFs found (no virtfn* links under %s and none recorded for it in "
+                        "the ledger %s)" % (parent, card_dir, ledger.path))
+    return vfs
+
+
+def hypeman_processes(proc_root):
+    try:
+        return _proc.find_processes(proc_root, HYPEMAN_PROCESS_NAMES), None
+    except VgpuError as err:
+        return None, err.msg
+
+
+def make_backup(module, path):
+    """A timestamped backup beside the store (Ansible's naming); an unreadable
+    file is hard-linked instead of copied so even it is kept."""
+    if os.access(path, os.R_OK) and os.path.isfile(path):
+        return module.backup_local(path)
+    name = "%s.%s.%s" % (path, os.getpid(), time.strftime("%Y-%m-%d@%H:%M:%S~", time.localtime()))
+    try:
+        os.link(path, name)
+    except (IOError, OSError) as err:
+        raise VgpuError("cannot keep a backup of %s: %s; nothing was changed" % (path, err.strerror or err))
+    return name
+
+
+class Run(object):
+    """One module run: options resolved, then a store mutation."""
+
+    def __init__(self, module):
+        self.module = module
+        self.params = module.params
+        self.state = self.params["state"]
+        self.path = store_path(self.params)
+        self.now = _gotime.utc_now()
+        self.threshold, self.threshold_source = resolve_threshold(self.params["threshold"],
+                                                                  self.params["config_path"])
+        self.ledger = _ledger.read_ledger(self.params["state_dir"])
+        self.vfs = [] if self.state == "repaired" else target_vfs(self.params, self.ledger)
+        self.parents = {}
+        for vf in self.vfs:
+            self.parents[vf] = (_store.normalize_vf_address(self.params["parent_gpu"])
+                                if self.params["parent_gpu"] else _sysfs.parent_of(self.params["sysfs_root"], vf))
+
+    # The mutation runs under the store lock; it must depend only on the store and the ledger.
+    def mutate(self, store):
+        ledger = _ledger.read_ledger(self.params["state_dir"])
+        if self.state == "repaired":
+            return self._repair(store)
+        saved = dict(store.records)
+        reevaluated = store.reevaluate(self.threshold, self.now)
+        outcomes, cleared, skipped, previous = {}, {}, {}, {}
+        latest = ledger.latest_by_vf()
+        for vf in self.vfs:
+            previous[vf] = store.records.get(vf)
+            if self.state == "failed":
+                outcomes[vf] = store.report_failure(vf, self.params["instance_id"], self.params["assigned_at"],
+                                                    self.threshold, self.now)
+            elif self.state == "succeeded":
+                outcomes[vf], cleared[vf] = store.report_success(vf, self.params["instance_id"],
+                                                                 self.params["assigned_at"])
+            elif self.state == "quarantined":
+                outcomes[vf] = store.quarantine(vf, self.now)
+            else:
+                record = store.records.get(vf)
+                if (self.params["owned_only"] and record is not None and record.quarantined_at is not None
+                        and not _ledger.is_owned(latest.get(vf), record)):
+                    outcomes[vf] = "skipped_not_owned"
+                    entry = latest.get(vf)
+                    skipped[vf] = ("quarantine is not owned by this collection (latest ledger entry: %s)"
+                                   % ("none" if entry is None else "%s/%s at line %d" % (
+                                       entry.get("action"), entry.get("trigger"), entry["line"])))
+                else:
+                    outcomes[vf] = store.remove(vf)
+        if all(outcome in ("unchanged", "skipped_not_owned") for outcome in outcomes.values()):
+            # Nothing of ours changed: leave re-evaluation to hypeman's next load, write nothing.
+            store.records = saved
+            reevaluated = []
+        return {"outcomes": outcomes, "cleared": cleared, "skipped": skipped, "reevaluated": reevaluated,
+                "previous": previous}
+
+    def _repair(self, store):
+        if store.valid:
+            return {"outcomes": {}, "cleared": {}, "skipped": {}, "reevaluated": [], "previous": {}}
+        records = _store.recover_records(store.raw, self.now)
+        store.replace_records(records)
+        return {"outcomes": dict((vf, "quarantined") for vf in sorted(records)), "cleared": {}, "skipped": {},
+                "reevaluated": [], "previous": {}}
+
+    def ledger_entries(self, update):
+        """What to append for a write, from the store as written."""
+        result, store = update.result, update.store
+        common = dict(user=self.params["requested_by"] or _ledger.default_user(), job_id=self.params["job_id"],
+                      run_id=self.run_id, now=self.now)
+        entries = []
+        if self.state == "repaired":
+            reason = self.params["reason"] or "repaired unusable store (%s): %s" % (
+                update.loaded_format, update.loaded_error)
+            for vf in sorted(store.records):
+                entries.append(_ledger.make_entry("repair", vf, store.records[vf].quarantined_at, reason,
+                                                  trigger="repair", **common))
+            if not entries:
+                entries.append(_ledger.make_entry("repair", None, None, reason, trigger="repair", **common))
+            return entries
+        for vf in result["reevaluated"]:
+            entries.append(_ledger.make_entry(
+                "quarantine", vf, store.records[vf].quarantined_at,
+                "failures reached the threshold %d on re-evaluation" % self.threshold,
+                trigger="reevaluation", parent_gpu=self.parents.get(vf), **common))
+        for vf in self.vfs:
+            outcome = result["outcomes"][vf]
+            previous = result["previous"].get(vf)
+            parent = self.parents.get(vf)
+            if outcome == "quarantined":
+                trigger = "manual" if self.state == "quarantined" else "failure_threshold"
+                reason = self.params["reason"]
+                if trigger == "failure_threshold" and not reason:
+                    reason = "failure of instance %r assigned at %r reached the threshold %d" % (
+                        self.params["instance_id"], self.params["assigned_at"], self.threshold)
+                entries.append(_ledger.make_entry("quarantine", vf, store.records[vf].quarantined_at, reason,
+                                                  trigger=trigger, parent_gpu=parent, **common))
+            elif outcome == "rescinded":
+                entries.append(_ledger.make_entry(
+                    "clear", vf, None, self.params["reason"] or "successful init of instance %r assigned at %r"
+                    % (self.params["instance_id"], self.params["assigned_at"]),
+                    trigger="success", parent_gpu=parent, **common))
+            elif outcome == "cleared" and self.state == "absent":
+                entries.append(_ledger.make_entry(
+                    "clear", vf, None, self.params["reason"], trigger="manual", parent_gpu=parent, **common))
+            elif outcome == "cleared" and previous is not None and previous.quarantined_at is not None:
+                entries.append(_ledger.make_entry("clear", vf, None, self.params["reason"], trigger="success",
+                                                  parent_gpu=parent, **common))
+        return entries
+
+    def run(self):
+        params = self.params
+        check_mode = self.module.check_mode
+        self.run_id = _ledger.new_run_id()
+        written = []
+
+        def after_write(update):
+            entries = self.ledger_entries(update)
+            try:
+                _ledger.append_entries(params["state_dir"], entries)
+            except VgpuError as err:
+                raise VgpuError("the VF health store %s was changed, but the ledger append failed: %s"
+                                % (self.path, err.msg), changed=True)
+            written.extend(entries)
+
+        update = _store.update_store(
+            self.path, self.mutate, check_mode=check_mode, allow_invalid=(self.state == "repaired"),
+            backup=(lambda path: make_backup(self.module, path))
+            if (params["backup"] or self.state == "repaired") else None,
+            after_write=after_write)
+        result = update.result
+        processes, proc_error = hypeman_processes(params["proc_root"])
+        if proc_error:
+            self.module.warn("could not tell whether hypeman is running: %s" % proc_error)
+        elif processes and update.changed:
+            pids = ", ".join(str(p["pid"]) for p in processes)
+            if check_mode:
+                self.module.warn("hypeman is running (pid %s): it keeps the store in memory and overwrites the "
+                                 "file on its next report. Stop hypeman before this edit and start it after."
+                                 % pids)
+            else:
+                self.module.warn("hypeman is running (pid %s): restart it now (systemctl restart hypeman) so it "
+                                 "loads this edit; its next report would otherwise overwrite the file from memory."
+                                 % pids)
+        output = dict(
+            changed=update.changed,
+            outcomes=result["outcomes"],
+            not_owned=result["skipped"],
+            reevaluated=result["reevaluated"] if update.changed else [],
+            records=update.store.to_data() if update.store.valid else [],
+            quarantined=update.store.quarantined() if update.store.valid else [],
+            vf_addresses=self.vfs,
+            store_path=self.path,
+            backup_file=update.backup_file,
+            threshold=self.threshold,
+            threshold_source=self.threshold_source,
+            previous_format=update.loaded_format,
+            previous_error=update.loaded_error,
+            ledger_path=_ledger.ledger_path(params["state_dir"]),
+            ledger_entries=written,
+            hypeman_running=None if processes is None else bool(processes),
+            hypeman_processes=processes or [],
+        )
+        if self.state == "succeeded":
+            output["cleared"] = result["cleared"]
+        if self.module._diff:
+            output["diff"] = dict(
+                before_header=self.path, after_header=self.path,
+                before=update.before.decode("utf-8", "replace") if update.before is not None else "",
+                after=update.after.decode("utf-8", "replace") if update.after is not None else "",
+            )
+        return output
+
+
+def check_inputs(module):
+    """Bad input fails before anything is read or written."""
+    params = module.params
+    has_vfs = params["vf_addresses"] is not None
+    has_parent = params["parent_gpu"] is not None
+    if params["state"] == "repaired":
+        if has_vfs or has_parent:
+            raise VgpuError("state=repaired acts on the whole store; vf_addresses and parent_gpu are not used "
+                            "with it")
+    elif not has_vfs and not has_parent:
+        raise VgpuError("one of vf_addresses or parent_gpu is required with state=%s" % params["state"])
+    if has_vfs:
+        if not params["vf_addresses"]:
+            raise VgpuError("vf_addresses is empty; expected at least one VF PCI address like 0000:82:00.4")
+        for text in params["vf_addresses"]:
+            _store.normalize_vf_address(text)
+    if has_parent:
+        _store.normalize_vf_address(params["parent_gpu"])
+
+
+def body(module):
+    check_inputs(module)
+    return Run(module).run()
+
+
+def main():
+    module = AnsibleModule(
+        argument_spec=host_path_spec(
+            "data_dir", "sysfs_root", "proc_root", "dev_root", "state_dir", "config_path", "api",
+            state=dict(type="str", required=True, choices=["failed", "succeeded", "quarantined", "absent",
+                                                           "repaired"]),
+            vf_addresses=dict(type="list", elements="str", aliases=["vf_address"]),
+            parent_gpu=dict(type="str"),
+            instance_id=dict(type="str"),
+            assigned_at=dict(type="str"),
+            threshold=dict(type="int"),
+            reason=dict(type="str"),
+            owned_only=dict(type="bool", default=True),
+            backup=dict(type="bool", default=False),
+            requested_by=dict(type="str"),
+            job_id=dict(type="str"),
+        ),
+        mutually_exclusive=[("vf_addresses", "parent_gpu")],
+        required_if=[("state", "failed", ("instance_id", "assigned_at")),
+                     ("state", "succeeded", ("instance_id", "assigned_at"))],
+        supports_check_mode=True,
+    )
+    run_module(module, body)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,348 @@
+#!/usr/bin/python
+# -*- coding: utf-8 -*-
+# Copyright: hypeman.vgpu contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+module: vgpu_sentinel_scan
+short_description: Scan guest serial logs for hypeman's GPU init markers and optionally report them
+version_added: 0.1.0
+author:
+  - hypeman.vgpu contributors (!UNKNOWN)
+description:
+  - >-
+    Reads each vGPU instance's serial console log (C(<data_dir>/guests/<id>/logs/app.log)) for the
+    strict marker lines hypeman's guest agent prints when NVIDIA driver init fails
+    (C(HYPEMAN-GPU-INIT-FAILED ts=... nvrm="NVRM: ... RmInitAdapter failed! ...")) or succeeds
+    (C(HYPEMAN-GPU-INIT-OK ts=...)).
+  - Only a complete, standalone guest-agent line counts, matched with hypeman's anchored patterns.
+    A raw C(NVRM) line, a bare marker, a marker inside another line, an echoed command, trailing
+    text, or an C(nvrm) without C(RmInitAdapter failed!) never counts. Lines over 64 KiB are skipped.
+  - Markers in the current C(app.log) belong to the instance's current assignment (the VF of
+    C(GPUDevicePath) and the claim time C(GPUClaimedAt) or C(GPUAssignedAt)); a marker whose C(ts) is
+    earlier than the assignment is not attributed. Within the evidence of one assignment the last
+    marker wins (C(FAILED) then C(OK) is a resolved C(ok)), and the three copies the agent prints
+    count once.
+  - C(app.log.prev.<ns>) archives belong to earlier boots and are returned as RV(history) only, never
+    reported to the store. Instances without a vendor-VFIO claim and retention stubs are skipped
+    with a reason.
+  - A durable cursor per instance in O(state_dir) (keyed by instance, assignment and file identity)
+    makes a later run read only new bytes. It survives hypeman's copytruncate rotation (the unread
+    tail of C(app.log.1) is read first) and a corrupt cursor file is rebuilt with a warning.
+  - Evidence is never consumed by looking at it. A findings-only run (an audit) moves the cursors,
+    and a later O(record=true) run still reports every standing verdict that was not reported yet.
+    Every run returns the standing verdict of each current assignment, not only what is new.
+  - With O(record=true) each unreported verdict becomes hypeman's failure report (C(failed)) or
+    success report (C(ok)) for that assignment in the VF health store, with hypeman's semantics. The
+    store deduplicates per assignment, so running again never counts twice.
+  - The cursors are internal bookkeeping. The module reports C(changed) only when the store changed.
+  - See C(docs/sentinel.md) in the collection for what this scan can and cannot prove.
+extends_documentation_fragment:
+  - hypeman.vgpu.host_paths
+  - hypeman.vgpu.host_paths.data_dir
+  - hypeman.vgpu.host_paths.state_dir
+  - hypeman.vgpu.host_paths.config_path
+  - hypeman.vgpu.attributes
+  - hypeman.vgpu.attributes.state_module
+options:
+  record:
+    description:
+      - Report every standing verdict that is not yet in the store, as hypeman's sentinel would.
+      - The default V(false) only returns findings. A guest can print marker-shaped lines on its
+        own console, so turn this on only where that risk is acceptable (see C(docs/sentinel.md)).
+    type: bool
+    default: false
+  threshold:
+    description:
+      - Failures (distinct assignments) that quarantine a VF when O(record=true).
+      - Defaults to C(gpu.vf_quarantine_threshold) from O(config_path), else hypeman's default 2.
+      - Must be at least 1. Used only when O(record=true).
+    type: int
+  instances:
+    description:
+      - Scan only these instance IDs. An ID that does not exist is returned in RV(skipped_instances).
+      - Without it every instance is scanned, and cursors of instances that no longer exist are removed.
+    type: list
+    elements: str
+notes:
+  - Check mode reads the logs and reports, and with O(record=true) predicts the store outcomes, but
+    moves no cursor and writes nothing.
+  - hypeman reads its store only at startup and overwrites it from memory on its next report. When
+    hypeman is running, prefer its own sentinel, or stop it before a O(record=true) run and start
+    it right after.
+seealso:
+  - module: hypeman.vgpu.vf_health
+  - module: hypeman.vgpu.vf_health_info
+"""
+
+EXAMPLES = r"""
+- name: Audit the guest logs (findings only, never writes the store)
+  hypeman.vgpu.vgpu_sentinel_scan:
+  register: sentinel
+
+- name: Show wedged assignments
+  ansible.builtin.debug:
+    msg: "{{ sentinel.findings | selectattr('verdict', 'equalto', 'failed') | list }}"
+
+- name: Report the standing verdicts to the VF health store (hypeman stopped)
+  hypeman.vgpu.vgpu_sentinel_scan:
+    record: true
+    threshold: 2
+  register: recorded
+
+- name: Scan two instances in a simulated tree
+  hypeman.vgpu.vgpu_sentinel_scan:
+    data_dir: /srv/vgpu-sim/var/lib/hypeman
+    state_dir: /srv/vgpu-sim/var/lib/hypeman-vgpu
+    config_path: /srv/vgpu-sim/etc/hypeman/config.yaml
+    instances:
+      - tz4a98xxat96iws9zmbrgj3a
+      - qk2b77yyat96iws9zmbrgj3b
+"""
+
+RETURN = r"""
+findings:
+  description:
+    - The standing verdict of each current assignment that has one, whether it is new in this run or not.
+  returned: always
+  type: list
+  elements: dict
+  contains:
+    instance_id:
+      description: Instance ID.
+      type: str
+      sample: tz4a98xxat96iws9zmbrgj3a
+    vf_address:
+      description: VF of the assignment (basename of C(GPUDevicePath)).
+      type: str
+      sample: "0000:82:00.4"
+    assigned_at:
+      description: Assignment (claim) time, UTC RFC 3339 with nanoseconds, as hypeman writes it to the store.
+      type: str
+      sample: "2026-08-31T12:00:00.123456789Z"
+    verdict:
+      description: C(failed) or C(ok), from the last attributed marker.
+      type: str
+      sample: failed
+    ts:
+      description: The marker's C(ts) as the guest wrote it.
+      type: str
+      sample: "2026-08-31T12:00:27.5Z"
+    nvrm:
+      description: The driver message of a C(failed) marker; null for C(ok).
+      type: str
+      sample: "NVRM: GPU 0000:00:03.0: RmInitAdapter failed! (0x22:0x65:884)"
+    file:
+      description: The log file the marker was read from.
+      type: str
+      sample: /var/lib/hypeman/guests/tz4a98xxat96iws9zmbrgj3a/logs/app.log
+    recorded:
+      description: Whether this verdict has been reported to the store (by this run or an earlier one).
+      type: bool
+      sample: false
+history:
+  description:
+    - Per C(app.log.prev.<ns>) archive (an earlier boot) that holds markers, its last marker. Never reported.
+  returned: always
+  type: list
+  elements: dict
+  contains:
+    instance_id:
+      description: Instance ID.
+      type: str
+    file:
+      description: Path of the archive.
+      type: str
+    verdict:
+      description: C(failed) or C(ok).
+      type: str
+    ts:
+      description: The marker's C(ts).
+      type: str
+    nvrm:
+      description: Driver message of a C(failed) marker, else null.
+      type: str
+    markers:
+      description: Distinct reports (the agent's three copies count once) in the archive.
+      type: int
+scanned:
+  description: Every file read in this run, with the bytes read (0 when nothing was appended).
+  returned: always
+  type: list
+  elements: dict
+  contains:
+    instance_id:
+      description: Instance ID.
+      type: str
+    file:
+      description: Path of the log file.
+      type: str
+    bytes_read:
+      description: Bytes read from it in this run.
+      type: int
+    markers:
+      description: Marker lines found in those bytes (copies included).
+      type: int
+skipped_instances:
+  description:
+    - Instances not scanned, with the reason (no vendor-VFIO claim, retention stub, unreadable
+      metadata or log, unknown ID given in O(instances)). The other instances are still scanned.
+    - Not named C(skipped) because Ansible reads a true C(skipped) key as "the task was skipped".
+  returned: always
+  type: list
+  elements: dict
+  contains:
+    instance_id:
+      description: Instance ID.
+      type: str
+    reason:
+      description: Why it was skipped.
+      type: str
+      sample: no vendor-VFIO vGPU claim
+unattributed:
+  description:
+    - Markers read in this run that belong to no current assignment (C(ts) earlier than the
+      assignment, or not a time). They are never reported.
+  returned: always
+  type: list
+  elements: dict
+  contains:
+    instance_id:
+      description: Instance ID.
+      type: str
+    file:
+      description: Log file.
+      type: str
+    verdict:
+      description: C(failed) or C(ok).
+      type: str
+    ts:
+      description: The marker's C(ts).
+      type: str
+    nvrm:
+      description: Driver message, or null.
+      type: str
+    reason:
+      description: Why it was not attributed.
+      type: str
+outcomes:
+  description:
+    - With O(record=true), one entry per verdict reported in this run, in marker-time order.
+  returned: when O(record=true)
+  type: list
+  elements: dict
+  contains:
+    instance_id:
+      description: Instance ID.
+      type: str
+    vf_address:
+      description: VF address.
+      type: str
+    assigned_at:
+      description: Assignment time.
+      type: str
+    verdict:
+      description: C(failed) or C(ok).
+      type: str
+    report:
+      description: C(failure) or C(success), the hypeman report made.
+      type: str
+    outcome:
+      description:
+        - The store's outcome, as in hypeman. C(recorded), C(quarantined) or C(unchanged) for a failure,
+          C(cleared), C(rescinded) or C(unchanged) for a success.
+      type: str
+      sample: quarantined
+    cleared:
+      description: Failures a success report removed (0 for a failure report).
+      type: int
+store_path:
+  description: The VF health store used.
+  returned: when O(record=true)
+  type: str
+  sample: /var/lib/hypeman/gpu/vf-health.json
+threshold:
+  description: The quarantine threshold used, and RV(threshold_source) says where it came from.
+  returned: when O(record=true)
+  type: int
+  sample: 2
+threshold_source:
+  description: C(option), C(default), or the config file the threshold was read from.
+  returned: when O(record=true)
+  type: str
+  sample: default
+"""
+
+from ansible.module_utils.basic import AnsibleModule
+
+from ansible_collections.hypeman.vgpu.plugins.module_utils import _hypeman, _sentinel, _store
+from ansible_collections.hypeman.vgpu.plugins.module_utils._module import host_path_spec, run_module, store_path
+
+
+def _text(data):
+    return "" if data is None else data.decode("utf-8", "replace")
+
+
+def _body(module):
+    params = module.params
+    check_mode = module.check_mode
+    data_dir = params["data_dir"]
+    path = store_path(params)
+    threshold = source = None
+    if params["record"] or params["threshold"] is not None:  # a bad explicit value is an error either way
+        threshold, source = _hypeman.resolve_threshold(params["threshold"], params["config_path"])
+    instances, unreadable = _hypeman.list_instances(data_dir)
+    store_result = {}
+
+    def recorder(report):
+        pending = report.unrecorded()
+        if not params["record"] or not pending:
+            return []
+        result = _store.update_store(
+            path, lambda store: _sentinel.record_verdicts(store, pending, threshold), check_mode=check_mode)
+        store_result["update"] = result
+        if not check_mode:
+            report.mark_recorded(pending)
+        return result.result
+
+    report, outcomes = _sentinel.run(
+        instances, unreadable, lambda instance_id: _hypeman.instance_log_dir(data_dir, instance_id),
+        params["state_dir"], only=params["instances"], check_mode=check_mode, recorder=recorder)
+    for warning in report.warnings:
+        module.warn(warning)
+
+    update = store_result.get("update")
+    result = {
+        "changed": bool(update and update.changed),
+        "findings": report.findings,
+        "history": report.history,
+        "scanned": report.scanned,
+        # "skipped" is a reserved result key (a non-empty list would mark the task skipped).
+        "skipped_instances": report.skipped,
+        "unattributed": report.unattributed,
+    }
+    if params["record"]:
+        result.update(outcomes=outcomes or [], store_path=path, threshold=threshold, threshold_source=source)
+        if module._diff and update is not None and update.changed:
+            result["diff"] = {"before": _text(update.before), "after": _text(update.after),
+                              "before_header": path, "after_header": path}
+    return result
+
+
+def main():
+    module = AnsibleModule(
+        argument_spec=host_path_spec(
+            "data_dir", "state_dir", "config_path",
+            record=dict(type="bool", default=False),
+            threshold=dict(type="int"),
+            instances=dict(type="list", elements="str"),
+        ),
+        supports_check_mode=True,
+    )
+    run_module(module, _body)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,414 @@
+# -*- coding: utf-8 -*-
+# Copyright: hypeman.vgpu contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""``hypeman-api`` stand-in: the parts of hypeman's API the collection talks to.
+
+Facts reproduced (``hypeman-vgpu-host.md``):
+
+- §1.8 / §9: the VF health store is read **only at start** (once loaded) and
+  every report rewrites the file from memory, so an edit made while this
+  process runs is lost at the next report (``POST /_sim/vf-health/failure``
+  is the test-only way to make it report); an invalid store fails closed:
+  ``allocatable_slots`` and ``quarantined_slots`` 0, ``profiles`` left out,
+  ``placement_disabled_reason`` set; a load error is retried on every access;
+- §2.3 / §2.4: ``GET /resources`` ``gpu`` object with hypeman's fields and
+  arithmetic, computed from sysfs on each request (§6.1 discovery: mdev first,
+  then vendor-VFIO, else passthrough; one unreadable VF is skipped; ``gpu`` is
+  null when discovery fails or there is no GPU);
+- §2.5: every path but ``/health`` needs ``Authorization: Bearer <JWT>``
+  (HS256 with ``jwt_secret`` from the config, ``exp`` checked);
+- §3.3 / §3.4: ``GET /instances`` lists readable metadata (unreadable ones are
+  skipped, as hypeman's API does), ``gpu.device_path`` from ``GPUDevicePath``,
+  ``state`` from liveness (PID alive, not a zombie, start time and boot id
+  match when recorded).
+
+Standard library only. Independent of the collection's module_utils on
+purpose (see ``store.py``).
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import hmac
+import json
+import os
+import re
+import sys
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+from .store import DEFAULT_THRESHOLD, StoreError, VFHealthStore
+
+_TYPE_LINE = re.compile(r"^\s*(\S[^:]*?)\s*:\s*(.*?)\s*$")
+
+
+# --------------------------------------------------------------------- config
+def read_config(path):
+    """The few keys the stand-in needs from hypeman's block YAML config."""
+    conf = {"port": "8080", "data_dir": "/var/lib/hypeman", "jwt_secret": "",
+            "threshold": DEFAULT_THRESHOLD}
+    try:
+        with open(path) as handle:
+            lines = handle.read().splitlines()
+    except (IOError, OSError):
+        return conf
+    section = None
+    for raw in lines:
+        line = raw.split(" #", 1)[0].rstrip()
+        if not line.strip() or line.lstrip().startswith("#"):
+            continue
+        indent = len(line) - len(line.lstrip())
+        key, _sep, value = line.strip().partition(":")
+        value = value.strip().strip("'\"")
+        if indent == 0:
+            section = key if not value else None
+            if key in ("port", "data_dir", "jwt_secret"):
+                conf[key] = value
+        elif section == "gpu" and key == "vf_quarantine_threshold":
+            conf["threshold"] = int(value)
+    return conf
+
+
+# --------------------------------------------------------------------- sysfs
+def _read(path):
+    with open(path) as handle:
+        return handle.read()
+
+
+def parse_creatable(text):
+    """``creatable_vgpu_types``: header skipped, ``<id> : <name>`` lines (§6.2)."""
+    types = []
+    for line in text.splitlines()[1:]:
+        match = _TYPE_LINE.match(line)
+        if not match:
+            continue
+        type_id, name = match.group(1), match.group(2)
+        if type_id.isdigit() and name:
+            types.append((int(type_id), name))
+    return types
+
+
+def profile_framebuffer_mb(name):
+    """Digits between the last ``-`` and the last series letter, times 1024 (§2.3)."""
+    last = max(name.rfind(c) for c in "ABCQ")
+    dash = name.rfind("-", 0, last) if last > 0 else -1
+    digits = name[dash + 1:last] if dash >= 0 else ""
+    return int(digits) * 1024 if digits.isdigit() else 0
+
+
+def discover(sysfs_root):
+    """``(framework, vfs, error)``; ``vfs`` is a list of dicts (address, parent, type, creatable)."""
+    mdev_bus = os.path.join(sysfs_root, "class", "mdev_bus")
+    devices = os.path.join(sysfs_root, "bus", "pci", "devices")
+    if os.path.isdir(mdev_bus) and os.listdir(mdev_bus):
+        return _discover_mdev(sysfs_root, sorted(os.listdir(mdev_bus)))
+    try:
+        entries = sorted(os.listdir(devices))
+    except OSError:
+        entries = []
+    candidates = [e for e in entries if os.path.exists(os.path.join(devices, e, "nvidia", "creatable_vgpu_types"))]
+    if not candidates:
+        return "none", [], None
+    vfs = []
+    for address in candidates:
+        base = os.path.join(devices, address)
+        try:
+            creatable = parse_creatable(_read(os.path.join(base, "nvidia", "creatable_vgpu_types")))
+            current = int(_read(os.path.join(base, "nvidia", "current_vgpu_type")).strip())
+            parent = os.path.basename(os.readlink(os.path.join(base, "physfn")))
+        except (IOError, OSError, ValueError):
+            continue  # "skipping unreadable vendor VFIO VFs"
+        vfs.append({"address": address, "parent": parent, "type": current, "creatable": creatable})
+    if not vfs:
+        return "vendor-vfio", [], "discover vendor VFIO VFs: no readable VF"
+    return "vendor-vfio", vfs, None
+
+
+def _discover_mdev(sysfs_root, parents):
+    vfs = []
+    for address in parents:
+        base = os.path.join(sysfs_root, "class", "mdev_bus", address)
+        types_dir = os.path.join(base, "mdev_supported_types")
+        try:
+            creatable, instances = [], {}
+            for type_dir in sorted(os.listdir(types_dir)):
+                name = _read(os.path.join(types_dir, type_dir, "name")).strip()
+                instances[name] = int(_read(os.path.join(types_dir, type_dir, "available_instances")).strip())
+                creatable.append((int(type_dir.rsplit("-", 1)[-1]), name))
+            in_use = any(os.path.islink(os.path.join(base, e, "mdev_type")) for e in os.listdir(base))
+            parent = os.path.basename(os.readlink(os.path.join(base, "physfn")))
+        except (IOError, OSError, ValueError):
+            continue
+        vfs.append({"address": address, "parent": parent, "type": 1 if in_use else 0, "creatable": creatable,
+                    "available_instances": instances})
+    if not vfs:
+        return "mdev", [], "discover mdev VFs: no readable VF"
+    return "mdev", vfs, None
+
+
+def passthrough_devices(sysfs_root):
+    devices = os.path.join(sysfs_root, "bus", "pci", "devices")
+    found = []
+    for address in sorted(os.listdir(devices)) if os.path.isdir(devices) else []:
+        try:
+            vendor = _read(os.path.join(devices, address, "vendor")).strip()
+            klass = _read(os.path.join(devices, address, "class")).strip()
+            device = _read(os.path.join(devices, address, "device")).strip()
+        except (IOError, OSError):
+            continue
+        if vendor.lower().replace("0x", "") == "10de" and klass.startswith("0x03"):
+            found.append({"address": address, "name": "NVIDIA %s" % device.replace("0x", "")})
+    return found
+
+
+def gpu_resources(sysfs_root, quarantined, unavailable_reason):
+    """The ``gpu`` object of ``GET /resources`` (§2.3, §2.4); None when there is none."""
+    framework, vfs, error = discover(sysfs_root)
+    if error:
+        return None  # hypeman does not fall back to passthrough when discovery errors
+    if framework == "none":
+        devices = passthrough_devices(sysfs_root)
+        if not devices:
+            return None
+        names = {}
+        for dev in devices:
+            names[dev["name"]] = names.get(dev["name"], 0) + 1
+        return {"mode": "passthrough", "total_slots": len(devices), "used_slots": 0,
+                "allocatable_slots": len(devices), "quarantined_slots": 0,
+                "devices": [{"name": n, "available": c} for n, c in sorted(names.items())]}
+    if framework == "mdev":
+        quarantined, unavailable_reason = set(), None  # mdev ignores the store (§1.8)
+    quarantined = set(quarantined)
+    gpu = {"mode": "vgpu", "total_slots": len(vfs),
+           "used_slots": sum(1 for vf in vfs if vf["type"] != 0)}
+    if unavailable_reason:
+        gpu.update(allocatable_slots=0, quarantined_slots=0, placement_disabled_reason=unavailable_reason)
+        return gpu
+    gpu["allocatable_slots"] = sum(1 for vf in vfs if vf["type"] == 0 and vf["address"] not in quarantined)
+    gpu["quarantined_slots"] = sum(1 for vf in vfs if vf["address"] in quarantined)
+    names = sorted(set(name for vf in vfs for _tid, name in vf["creatable"]))
+    free = [vf for vf in vfs if vf["type"] == 0 and vf["address"] not in quarantined]
+    if framework == "mdev":
+        # Every supported type is listed; a free VF offers its available_instances of it.
+        available = dict((n, sum(vf["available_instances"].get(n, 0) for vf in free)) for n in names)
+    else:
+        available = dict((n, sum(1 for vf in free if n in [m for _t, m in vf["creatable"]])) for n in names)
+    gpu["profiles"] = [{"name": name, "framebuffer_mb": profile_framebuffer_mb(name), "available": available[name]}
+                       for name in names]
+    return gpu
+
+
+def other_resources():
+    # Present so clients see hypeman's top-level shape; values are not simulated.
+    return {"cpu": {"capacity": 64, "allocated": 0, "available": 64, "oversub_ratio": 1},
+            "memory": {"capacity": 549755813888, "allocated": 0, "available": 549755813888, "oversub_ratio": 1},
+            "disk": {"capacity": 3840755982336, "allocated": 0, "available": 3840755982336},
+            "network": {"capacity": 25000000000, "allocated": 0, "available": 25000000000},
+            "disk_breakdown": {}, "allocations": []}
+
+
+# ------------------------------------------------------------------ instances
+def process_alive(proc_root, pid, start_time=0):
+    """hypeman's liveness core: the PID exists, is not a zombie, and started when recorded."""
+    try:
+        status = _read(os.path.join(proc_root, str(pid), "status"))
+        stat = _read(os.path.join(proc_root, str(pid), "stat"))
+    except (IOError, OSError):
+        return False
+    state = [line for line in status.splitlines() if line.startswith("State:")]
+    if state and state[0].split()[1] == "Z":
+        return False
+    if start_time:
+        fields = stat.rsplit(")", 1)[1].split()
+        return int(fields[19]) == int(start_time)
+    return True
+
+
+def list_instances(data_dir, proc_root="/proc"):
+    """``GET /instances``: readable metadata only (the API skips unreadable ones, §3.4)."""
+    guests = os.path.join(data_dir, "guests")
+    try:
+        names = sorted(os.listdir(guests))
+    except OSError:
+        return []
+    try:
+        boot_id = _read(os.path.join(proc_root, "sys", "kernel", "random", "boot_id")).strip()
+    except (IOError, OSError):
+        boot_id = ""
+    out = []
+    for name in names:
+        try:
+            meta = json.loads(_read(os.path.join(guests, name, "metadata.json")))
+        except (IOError, OSError, ValueError):
+            continue
+        pid = meta.get("HypervisorPID")
+        live = bool(pid) and process_alive(proc_root, pid, meta.get("HypervisorStartTime") or 0)
+        if live and meta.get("HypervisorBootID") and boot_id and meta["HypervisorBootID"] != boot_id:
+            live = False
+        item = {"id": meta.get("Id", name), "name": meta.get("Name", name),
+                "state": "Running" if live else "Stopped", "hypervisor": meta.get("HypervisorType")}
+        if meta.get("GPUProfile"):
+            gpu = {"profile": meta["GPUProfile"]}
+            if meta.get("GPUDevicePath"):
+                gpu["device_path"] = meta["GPUDevicePath"]
+            if meta.get("GPUMdevUUID"):
+                gpu["mdev_uuid"] = meta["GPUMdevUUID"]
+            item["gpu"] = gpu
+        out.append(item)
+    return out
+
+
+# ------------------------------------------------------------------------ JWT
+def _b64(data):
+    return base64.urlsafe_b64encode(data).rstrip(b"=").decode("ascii")
+
+
+def _unb64(text):
+    return base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
+
+
+def mint_token(secret, user_id="vgpu-sim", duration=8760 * 3600, now=None):
+    """An HS256 JWT like ``hypeman-token -user-id X -duration D`` mints."""
+    now = int(time.time() if now is None else now)
+    header = _b64(json.dumps({"alg": "HS256", "typ": "JWT"}, separators=(",", ":")).encode())
+    claims = _b64(json.dumps({"sub": user_id, "iat": now, "exp": now + int(duration)},
+                             separators=(",", ":")).encode())
+    signing = ("%s.%s" % (header, claims)).encode("ascii")
+    return "%s.%s" % (signing.decode("ascii"), _b64(hmac.new(secret.encode(), signing, hashlib.sha256).digest()))
+
+
+def check_token(secret, token, now=None):
+    """None when valid, else the reason it is refused."""
+    parts = token.split(".")
+    if len(parts) != 3 or not secret:
+        return "malformed token"
+    signing = ("%s.%s" % (parts[0], parts[1])).encode("ascii")
+    expected = _b64(hmac.new(secret.encode(), signing, hashlib.sha256).digest())
+    if not hmac.compare_digest(expected, parts[2]):
+        return "invalid signature"
+    try:
+        header = json.loads(_unb64(parts[0]))
+        claims = json.loads(_unb64(parts[1]))
+    except (ValueError, TypeError):
+        return "malformed token"
+    if header.get("alg") != "HS256":
+        return "unexpected signing method"
+    if int(claims.get("exp", 0)) < int(time.time() if now is None else now):
+        return "token expired"
+    return None
+
+
+# --------------------------------------------------------------------- server
+class HypemanAPI(object):
+    """State of one running stand-in: config, the in-memory store, paths."""
+
+    def __init__(self, config_path, sysfs_root="/sys", proc_root="/proc", data_dir=None):
+        self.config = read_config(config_path)
+        self.data_dir = data_dir or self.config["data_dir"]
+        self.sysfs_root = sysfs_root
+        self.proc_root = proc_root
+        self.lock = threading.Lock()  # hypeman's VF-health mutex
+        self.started_at = time.time()
+        # Loaded now, and never again once loaded: hypeman's startup read.
+        self.store = VFHealthStore(os.path.join(self.data_dir, "gpu", "vf-health.json"),
+                                   threshold=self.config["threshold"])
+
+    def resources(self):
+        with self.lock:
+            reason = self.store.unavailable_reason()
+            quarantined = self.store.quarantined() if reason is None else []
+        body = other_resources()
+        body["gpu"] = gpu_resources(self.sysfs_root, quarantined, reason)
+        return body
+
+    def report(self, kind, body):
+        vf = body.get("vf_address", "")
+        instance_id = body.get("instance_id", "")
+        assigned_at = body.get("assigned_at", "")
+        with self.lock:
+            if kind == "failure":
+                outcome, count = self.store.report_failure(vf, instance_id, assigned_at)
+                return {"outcome": outcome, "failures": count, "threshold": self.store.threshold}
+            cleared, rescinded = self.store.report_success(vf, instance_id, assigned_at)
+            return {"cleared": cleared, "rescinded": rescinded}
+
+
+def make_handler(api):
+    class Handler(BaseHTTPRequestHandler):
+        server_version = "hypeman-api-sim"
+        protocol_version = "HTTP/1.1"
+
+        def log_message(self, fmt, *args):  # to the journal under systemd
+            sys.stderr.write("%s %s\n" % (self.address_string(), fmt % args))
+
+        def _send(self, code, body):
+            data = json.dumps(body).encode("utf-8")
+            self.send_response(code)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
+        def _authorized(self):
+            auth = self.headers.get("Authorization", "")
+            if not auth.startswith("Bearer "):
+                self._send(401, {"code": "unauthorized", "message": "authorization header required"})
+                return False
+            reason = check_token(api.config["jwt_secret"], auth[len("Bearer "):].strip())
+            if reason:
+                self._send(401, {"code": "unauthorized", "message": reason})
+                return False
+            return True
+
+        def do_GET(self):  # noqa: N802 (http.server's naming)
+            path = self.path.split("?", 1)[0].rstrip("/") or "/"
+            if path == "/health":
+                return self._send(200, {"status": "ok"})
+            if not self._authorized():
+                return None
+            if path == "/resources":
+                return self._send(200, api.resources())
+            if path == "/instances":
+                return self._send(200, list_instances(api.data_dir, api.proc_root))
+            if path.startswith("/instances/"):
+                wanted = path.split("/", 2)[2]
+                for item in list_instances(api.data_dir, api.proc_root):
+                    if item["id"] == wanted:
+                        return self._send(200, item)
+                return self._send(404, {"code": "not_found", "message": "instance not found"})
+            return self._send(404, {"code": "not_found", "message": "no route"})
+
+        def do_POST(self):  # noqa: N802
+            path = self.path.split("?", 1)[0].rstrip("/")
+            if not self._authorized():
+                return None
+            length = int(self.headers.get("Content-Length") or 0)
+            try:
+                body = json.loads(self.rfile.read(length) or b"{}")
+            except ValueError:
+                return self._send(400, {"code": "bad_request", "message": "body is not JSON"})
+            # Test-only: make the stand-in report as its sentinel would, from memory.
+            if path in ("/_sim/vf-health/failure", "/_sim/vf-health/success"):
+                try:
+                    return self._send(200, api.report(path.rsplit("/", 1)[1], body))
+                except StoreError as err:
+                    return self._send(409, {"code": "vf_health_unavailable", "message": str(err)})
+            return self._send(404, {"code": "not_found", "message": "no route"})
+
+    return Handler
+
+
+def serve(api, listen="0.0.0.0", port=None, ready=None):
+    """Serve until interrupted; ``ready(server)`` is called once listening."""
+    port = int(api.config["port"] if port is None else port)
+    server = ThreadingHTTPServer((listen, port), make_handler(api))
+    server.daemon_threads = True
+    if ready:
+        ready(server)
+    try:
+        server.serve_forever()
+    finally:
+        server.server_close()
+    return 0

@@ -1,0 +1,506 @@
+# -*- coding: utf-8 -*-
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""Sentinel scan: attribution, verdicts, cursors, rotation, archives, faults."""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+
+import pytest
+
+from ansible_collections.hypeman.vgpu.plugins.module_utils import _hypeman, _sentinel
+from ansible_collections.hypeman.vgpu.tests.sim import guestlog
+from ansible_collections.hypeman.vgpu.tests.sim.hosttree import HostTree
+
+CLAIMED_NS = 1788177600123456789  # 2026-08-31T12:00:00.123456789Z, hosttree's default claim time
+CLAIMED_AT = "2026-08-31T12:00:00.123456789Z"
+SEC = 10 ** 9
+
+
+class Host(object):
+    """A host tree with vGPU instances, and the scan as the module runs it."""
+
+    def __init__(self, root):
+        self.tree = HostTree(root)
+        self.card = self.tree.add_card("L40S", "0000:82:00.0")
+        self.state_dir = self.tree.state_dir
+
+    def instance(self, instance_id, vf_index=0, claimed_at=CLAIMED_AT, **kwargs):
+        self.tree.add_instance(instance_id, vf=self.card.vfs[vf_index], profile="NVIDIA L40S-2Q",
+                               claimed_at=claimed_at, **kwargs)
+        return self.app(instance_id)
+
+    def reassign(self, instance_id, vf_index, claimed_at):
+        """hypeman moves the instance to another VF without a new boot (same app.log)."""
+        path = os.path.join(self.tree.data_dir, "guests", instance_id, "metadata.json")
+        with open(path) as handle:
+            meta = json.load(handle)
+        meta["GPUDevicePath"] = "/sys/bus/pci/devices/%s" % self.card.vfs[vf_index]
+        meta["GPUClaimedAt"] = claimed_at
+        with open(path, "w") as handle:
+            json.dump(meta, handle)
+
+    def logs(self, instance_id):
+        return _hypeman.instance_log_dir(self.tree.data_dir, instance_id)
+
+    def app(self, instance_id):
+        return os.path.join(self.logs(instance_id), "app.log")
+
+    def scan(self, check_mode=False, only=None, recorder=None):
+        instances, unreadable = _hypeman.list_instances(self.tree.data_dir)
+        return _sentinel.run(instances, unreadable, self.logs, self.state_dir, only=only,
+                             check_mode=check_mode, recorder=recorder)[0]
+
+    def cursor_path(self, instance_id):
+        return os.path.join(self.state_dir, "sentinel", instance_id + ".json")
+
+
+@pytest.fixture
+def host(tmp_path):
+    return Host(tmp_path)
+
+
+def _verdicts(report):
+    return {f["instance_id"]: (f["verdict"], f["ts"]) for f in report.findings}
+
+
+def _markers_read(report, instance_id=None):
+    return sum(s["markers"] for s in report.scanned if instance_id in (None, s["instance_id"]))
+
+
+def _ts(offset_s):
+    return guestlog.rfc3339nano(CLAIMED_NS + offset_s * SEC)
+
+
+def test_failed_report_becomes_a_finding_for_the_current_assignment(host):
+    app = host.instance("inst-a", vf_index=3)
+    guestlog.append(app, guestlog.noise(20) + guestlog.report("failed", CLAIMED_NS + 27 * SEC))
+    report = host.scan()
+    assert report.findings == [{
+        "instance_id": "inst-a", "vf_address": host.card.vfs[3], "assigned_at": CLAIMED_AT,
+        "verdict": "failed", "ts": _ts(27), "nvrm": guestlog.DEFAULT_NVRM, "file": app, "recorded": False}]
+    assert report.skipped == [] and report.warnings == [] and report.unattributed == []
+
+
+def test_last_marker_wins_and_three_copies_are_one_report(host):
+    app = host.instance("inst-a")
+    guestlog.append(app, guestlog.report("failed", CLAIMED_NS + 27 * SEC)
+                    + guestlog.report("failed", CLAIMED_NS + 57 * SEC)
+                    + guestlog.report("ok", CLAIMED_NS + 80 * SEC))
+    report = host.scan()
+    assert _verdicts(report) == {"inst-a": ("ok", _ts(80))}
+    assert report.findings[0]["nvrm"] is None
+
+
+def test_standing_verdict_is_returned_by_every_run(host):
+    app = host.instance("inst-a")
+    guestlog.append(app, guestlog.report("failed", CLAIMED_NS + 27 * SEC))
+    first = host.scan()
+    again = host.scan()
+    assert again.findings == first.findings
+    assert [s["bytes_read"] for s in again.scanned] == [0]
+
+
+def test_marker_before_the_assignment_is_not_attributed(host):
+    app = host.instance("inst-a")
+    guestlog.append(app, guestlog.report("failed", CLAIMED_NS - 1))  # 1 ns before the claim
+    report = host.scan()
+    assert report.findings == []
+    assert report.unattributed == [{
+        "instance_id": "inst-a", "file": app, "verdict": "failed", "ts": guestlog.rfc3339nano(CLAIMED_NS - 1),
+        "nvrm": guestlog.DEFAULT_NVRM,
+        "reason": "marker ts is earlier than the assignment time %s" % CLAIMED_AT}]
+
+
+def test_marker_at_the_assignment_instant_is_attributed(host):
+    app = host.instance("inst-a")
+    guestlog.append(app, guestlog.report("failed", CLAIMED_NS))
+    assert _verdicts(host.scan()) == {"inst-a": ("failed", CLAIMED_AT)}
+
+
+def test_marker_with_unparseable_ts_is_not_attributed(host):
+    app = host.instance("inst-a")
+    guestlog.append(app, "2026/08/31 12:00:30 [guest-agent] HYPEMAN-GPU-INIT-OK ts=yesterday\n")
+    report = host.scan()
+    assert report.findings == []
+    assert [u["reason"] for u in report.unattributed] == ["marker ts is not an RFC 3339 time"]
+
+
+def test_forged_and_malformed_lines_are_ignored_without_error(host):
+    app = host.instance("inst-a")
+    forged = "".join(guestlog.forged_lines(CLAIMED_NS + 30 * SEC).values())
+    guestlog.append(app, forged)
+    guestlog.append(app, b"\x00\xff\xfe\x80 HYPEMAN-GPU-INIT-FAILED \x00\x01\n" * 50)
+    guestlog.append(app, b"HYPEMAN-GPU-INIT-OK " * (10 * 1024 * 1024 // 20) + b"\n")  # a 10 MB line
+    report = host.scan()
+    assert report.findings == [] and report.unattributed == [] and report.skipped == []
+    assert _markers_read(report) == 0
+    # The line after all that still counts.
+    guestlog.append(app, guestlog.report("ok", CLAIMED_NS + 60 * SEC))
+    assert _verdicts(host.scan()) == {"inst-a": ("ok", _ts(60))}
+
+
+def test_unterminated_ten_megabyte_line_is_skipped_across_runs(host):
+    app = host.instance("inst-a")
+    guestlog.append(app, b"x" * (10 * 1024 * 1024))  # no newline yet
+    host.scan()
+    state = json.load(open(host.cursor_path("inst-a")))
+    assert state["log"]["overlong"] is True and state["log"]["partial"] == ""
+    guestlog.append(app, b" " + guestlog.ok_line(CLAIMED_NS + 5 * SEC).encode() + b"\n")  # ends the long line
+    guestlog.append(app, guestlog.ok_line(CLAIMED_NS + 6 * SEC))
+    assert _verdicts(host.scan()) == {"inst-a": ("ok", _ts(6))}
+
+
+def test_rescan_reads_only_new_bytes(host):
+    app = host.instance("inst-a")
+    guestlog.append(app, guestlog.noise(500))
+    first = host.scan()
+    size = os.path.getsize(app)
+    assert first.scanned[0]["bytes_read"] == size
+    mtime = os.stat(host.cursor_path("inst-a")).st_mtime_ns
+    second = host.scan()
+    assert second.scanned[0]["bytes_read"] == 0
+    assert os.stat(host.cursor_path("inst-a")).st_mtime_ns == mtime  # nothing new: cursor not rewritten
+    guestlog.append(app, "one more line\n")
+    assert host.scan().scanned[0]["bytes_read"] == len("one more line\n")
+
+
+def test_marker_split_across_two_reads_is_matched_once(host):
+    app = host.instance("inst-a")
+    line = guestlog.failed_line(CLAIMED_NS + 27 * SEC)
+    guestlog.append(app, guestlog.noise(10) + line[:40])
+    first = host.scan()
+    assert first.findings == [] and _markers_read(first) == 0
+    guestlog.append(app, line[40:])
+    second = host.scan()
+    assert _markers_read(second) == 1
+    assert _verdicts(second) == {"inst-a": ("failed", _ts(27))}
+    assert _markers_read(host.scan()) == 0
+
+
+def test_copytruncate_marker_just_before_rotation_is_seen_once(host):
+    app = host.instance("inst-a")
+    guestlog.append(app, guestlog.noise(100))
+    host.scan()
+    guestlog.append(app, guestlog.report("failed", CLAIMED_NS + 27 * SEC))  # lands in app.log.1
+    guestlog.copytruncate(app)
+    guestlog.append(app, guestlog.noise(3))
+    report = host.scan()
+    assert _verdicts(report) == {"inst-a": ("failed", _ts(27))}
+    assert report.findings[0]["file"] == app + ".1"
+    assert _markers_read(report) == 3  # the three copies, read once each
+    assert report.warnings == []
+    again = host.scan()
+    assert _markers_read(again) == 0 and _verdicts(again) == _verdicts(report)
+
+
+def test_copytruncate_with_log_regrown_past_the_cursor_is_detected(host):
+    app = host.instance("inst-a")
+    guestlog.append(app, guestlog.noise(20))
+    host.scan()
+    guestlog.append(app, guestlog.report("failed", CLAIMED_NS + 27 * SEC))
+    guestlog.copytruncate(app)
+    guestlog.append(app, guestlog.noise(400, seed=9))  # bigger than the old offset
+    report = host.scan()
+    assert _verdicts(report) == {"inst-a": ("failed", _ts(27))}
+    assert _markers_read(report) == 3
+
+
+def test_marker_cut_by_the_rotation_is_joined_and_matched_once(host):
+    app = host.instance("inst-a")
+    line = guestlog.ok_line(CLAIMED_NS + 40 * SEC)
+    guestlog.append(app, guestlog.noise(10) + line[:25])
+    host.scan()  # the partial line is left for later
+    guestlog.append(app, line[25:50])
+    guestlog.copytruncate(app)  # the line is cut: its head is in app.log.1 ...
+    guestlog.append(app, line[50:] + guestlog.noise(2))  # ... and its tail in the new app.log
+    report = host.scan()
+    assert _markers_read(report) == 1
+    assert _verdicts(report) == {"inst-a": ("ok", _ts(40))}
+
+
+def test_two_rotations_between_runs_warn_and_still_read_the_newest_copy(host):
+    app = host.instance("inst-a")
+    guestlog.append(app, guestlog.noise(10))
+    host.scan()
+    guestlog.append(app, guestlog.noise(10, seed=1))
+    guestlog.copytruncate(app)
+    guestlog.append(app, guestlog.report("failed", CLAIMED_NS + 27 * SEC))
+    guestlog.copytruncate(app)
+    report = host.scan()
+    assert _verdicts(report) == {"inst-a": ("failed", _ts(27))}
+    assert len(report.warnings) == 1 and "rotated more than once" in report.warnings[0]
+
+
+def test_fresh_start_reads_a_rotated_copy_of_this_boot(host):
+    app = host.instance("inst-a")
+    guestlog.append(app, guestlog.report("failed", CLAIMED_NS + 27 * SEC))
+    guestlog.copytruncate(app)
+    guestlog.append(app, guestlog.noise(5))
+    report = host.scan()  # no cursor yet: app.log.1 then app.log
+    assert _verdicts(report) == {"inst-a": ("failed", _ts(27))}
+    assert [os.path.basename(s["file"]) for s in report.scanned] == ["app.log.1", "app.log"]
+
+
+def test_new_boot_starts_fresh_and_archives_are_history_only(host):
+    app = host.instance("inst-a", claimed_at=_ts(0))
+    guestlog.append(app, guestlog.report("failed", CLAIMED_NS + 27 * SEC))
+    assert _verdicts(host.scan()) == {"inst-a": ("failed", _ts(27))}
+    # hypeman restarts the instance: app.log is archived, a new claim is made.
+    archive = guestlog.archive_previous_boot(app, CLAIMED_NS + 3600 * SEC)
+    host.instance("inst-a", claimed_at=_ts(3600))
+    guestlog.append(app, guestlog.noise(5))
+    report = host.scan()
+    assert report.findings == []
+    assert report.history == [{"instance_id": "inst-a", "file": archive, "verdict": "failed", "ts": _ts(27),
+                               "nvrm": guestlog.DEFAULT_NVRM, "markers": 1}]
+    again = host.scan()
+    assert again.history == report.history
+    assert all(not s["file"].startswith(archive) for s in again.scanned)  # each archive is read once
+
+
+def test_reassigned_instance_starts_fresh(host):
+    app = host.instance("inst-a", vf_index=0)
+    guestlog.append(app, guestlog.report("failed", CLAIMED_NS + 27 * SEC))
+    assert _verdicts(host.scan()) == {"inst-a": ("failed", _ts(27))}
+    host.reassign("inst-a", vf_index=1, claimed_at=_ts(100))  # same log file, new assignment
+    report = host.scan()
+    assert report.findings == []
+    assert [u["ts"] for u in report.unattributed] == [_ts(27)]
+    guestlog.append(app, guestlog.report("ok", CLAIMED_NS + 130 * SEC))
+    report = host.scan()
+    assert report.findings[0]["vf_address"] == host.card.vfs[1]
+    assert _verdicts(report) == {"inst-a": ("ok", _ts(130))}
+
+
+def test_copies_split_across_runs_keep_the_recorded_flag(host):
+    app = host.instance("inst-a")
+    text = guestlog.report("failed", CLAIMED_NS + 27 * SEC)
+    guestlog.append(app, text[:len(text) // 3])
+
+    def record_all(report):
+        report.mark_recorded(report.unrecorded())
+
+    assert host.scan(recorder=record_all).findings[0]["recorded"] is True
+    guestlog.append(app, text[len(text) // 3:])
+    report = host.scan()
+    assert _markers_read(report) == 2
+    assert report.findings[0]["recorded"] is True and report.unrecorded() == []
+
+
+def test_a_findings_only_run_never_consumes_evidence(host):
+    app = host.instance("inst-a")
+    guestlog.append(app, guestlog.report("failed", CLAIMED_NS + 27 * SEC))
+    audit = host.scan()
+    assert audit.unrecorded() == audit.findings != []
+    later = host.scan()  # the bytes were read by the audit; the verdict still waits
+    assert later.unrecorded() == audit.findings
+
+
+@pytest.mark.parametrize("content", [
+    b"", b"{not json", b"[]", b"\xff\xfe", b'{"version": 2}',
+    b'{"version": 1, "instance_id": "other", "assignment": {}, "log": null, "archives": {}}',
+])
+def test_corrupt_cursor_is_rebuilt_with_a_warning(host, content):
+    app = host.instance("inst-a")
+    guestlog.append(app, guestlog.report("failed", CLAIMED_NS + 27 * SEC))
+    host.scan()
+    with open(host.cursor_path("inst-a"), "wb") as handle:
+        handle.write(content)
+    report = host.scan()
+    assert _verdicts(report) == {"inst-a": ("failed", _ts(27))}
+    assert len(report.warnings) == 1 and "rebuilding it from scratch" in report.warnings[0]
+    assert _sentinel.valid_state(json.load(open(host.cursor_path("inst-a"))), "inst-a")
+    assert host.scan().warnings == []
+
+
+def test_corrupt_cursor_field_types_are_rebuilt(host):
+    app = host.instance("inst-a")
+    guestlog.append(app, guestlog.noise(3))
+    host.scan()
+    state = json.load(open(host.cursor_path("inst-a")))
+    state["log"]["offset"] = "12"
+    json.dump(state, open(host.cursor_path("inst-a"), "w"))
+    report = host.scan()
+    assert len(report.warnings) == 1
+    assert report.scanned[0]["bytes_read"] == os.path.getsize(app)
+
+
+def test_check_mode_reads_and_reports_but_writes_nothing(host):
+    app = host.instance("inst-a")
+    guestlog.append(app, guestlog.report("failed", CLAIMED_NS + 27 * SEC))
+    report = host.scan(check_mode=True)
+    assert _verdicts(report) == {"inst-a": ("failed", _ts(27))}
+    assert not os.path.exists(host.state_dir)
+    host.scan()
+    before = open(host.cursor_path("inst-a"), "rb").read()
+    guestlog.append(app, guestlog.report("ok", CLAIMED_NS + 60 * SEC))
+    assert _verdicts(host.scan(check_mode=True)) == {"inst-a": ("ok", _ts(60))}
+    assert open(host.cursor_path("inst-a"), "rb").read() == before
+
+
+def test_instances_without_a_vendor_vfio_claim_are_skipped_with_a_reason(host):
+    host.tree.add_instance("no-gpu", liveness="stopped")
+    host.tree.add_instance("stub", vf=host.card.vfs[2], profile="NVIDIA L40S-2Q", build="assigned",
+                           retained_for_cleanup=True)
+    host.instance("good", vf_index=4, build="assigned")
+    report = host.scan()
+    assert {s["instance_id"]: s["reason"] for s in report.skipped} == {
+        "no-gpu": "no vendor-VFIO vGPU claim",
+        "stub": "retention stub (GPURetainedForCleanup): hypeman's sentinel skips it"}
+    assert [s["instance_id"] for s in report.scanned] == ["good"]
+
+
+@pytest.mark.parametrize("how", ["eisdir", "eloop"])
+def test_unreadable_log_is_reported_and_the_others_are_scanned(host, how):
+    host.instance("bad", vf_index=0)
+    good = host.instance("good", vf_index=1)
+    guestlog.append(good, guestlog.report("failed", CLAIMED_NS + 27 * SEC))
+    host.tree.break_path(host.app("bad"), how)
+    report = host.scan()
+    assert [s["instance_id"] for s in report.skipped] == ["bad"]
+    assert host.app("bad") in report.skipped[0]["reason"]
+    assert _verdicts(report) == {"good": ("failed", _ts(27))}
+
+
+def test_fifo_log_does_not_block_the_scan(host):
+    host.instance("bad", vf_index=0)
+    os.unlink(host.app("bad"))
+    os.mkfifo(host.app("bad"))
+    report = host.scan()
+    assert report.skipped == [{"instance_id": "bad", "reason": "cannot read %s: not a regular file" % host.app("bad")}]
+
+
+def test_unreadable_metadata_is_reported_and_the_others_are_scanned(host):
+    host.instance("bad", vf_index=0)
+    good = host.instance("good", vf_index=1)
+    guestlog.append(good, guestlog.report("ok", CLAIMED_NS + 27 * SEC))
+    host.tree.break_path(os.path.join(host.tree.data_dir, "guests", "bad", "metadata.json"), "garbage")
+    report = host.scan()
+    assert [s["instance_id"] for s in report.skipped] == ["bad"]
+    assert report.skipped[0]["reason"].startswith("metadata unreadable: ")
+    assert _verdicts(report) == {"good": ("ok", _ts(27))}
+
+
+def test_instance_filter_scans_only_those_and_names_unknown_ones(host):
+    host.instance("inst-a", vf_index=0)
+    host.instance("inst-b", vf_index=1)
+    report = host.scan(only=["inst-b", "ghost"])
+    assert [s["instance_id"] for s in report.scanned] == ["inst-b"]
+    assert report.skipped == [{"instance_id": "ghost", "reason": "no such instance"}]
+
+
+def test_cursors_of_vanished_instances_are_pruned_only_on_a_full_scan(host):
+    host.instance("inst-a", vf_index=0)
+    host.instance("inst-b", vf_index=1)
+    host.scan()
+    import shutil
+    shutil.rmtree(os.path.join(host.tree.data_dir, "guests", "inst-a"))
+    host.scan(only=["inst-b"])
+    assert os.path.exists(host.cursor_path("inst-a"))
+    host.scan()
+    assert not os.path.exists(host.cursor_path("inst-a"))
+    assert os.path.exists(host.cursor_path("inst-b"))
+
+
+def test_runs_are_serialised_by_the_state_lock(host):
+    host.instance("inst-a")
+    held = []
+
+    def probe(report):
+        fd = os.open(os.path.join(host.state_dir, "sentinel", ".lock"), os.O_RDWR)
+        try:
+            with pytest.raises(BlockingIOError):
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            held.append(True)
+        finally:
+            os.close(fd)
+
+    host.scan(recorder=probe)
+    assert held == [True]
+
+
+def test_cursor_is_not_written_when_the_recorder_fails(host):
+    app = host.instance("inst-a")
+    guestlog.append(app, guestlog.report("failed", CLAIMED_NS + 27 * SEC))
+
+    def failing(report):
+        raise RuntimeError("store write failed")
+
+    with pytest.raises(RuntimeError):
+        host.scan(recorder=failing)
+    assert not os.path.exists(host.cursor_path("inst-a"))
+    assert host.scan().findings[0]["recorded"] is False
+
+
+def test_rotation_is_detected_by_a_new_rotated_copy_even_when_bytes_look_the_same(host):
+    # A repetitive console: after the rotation app.log regrows to the very bytes
+    # the cursor saw, so only the new app.log.1 tells that a rotation happened.
+    app = host.instance("inst-a")
+    guestlog.append(app, "tick\n" * 2000)
+    host.scan()
+    guestlog.append(app, guestlog.report("failed", CLAIMED_NS + 27 * SEC))
+    guestlog.copytruncate(app)
+    guestlog.append(app, "tick\n" * 2100)
+    report = host.scan()
+    assert _verdicts(report) == {"inst-a": ("failed", _ts(27))}
+    assert report.warnings == []
+
+
+def test_log_rewritten_in_place_past_the_cursor_is_read_from_the_start(host):
+    # No rotated copy, no shrink visible: only the bytes before the cursor changed.
+    app = host.instance("inst-a")
+    guestlog.append(app, guestlog.noise(50))
+    host.scan()
+    with open(app, "r+b") as handle:
+        handle.truncate(0)
+    guestlog.append(app, guestlog.report("ok", CLAIMED_NS + 30 * SEC) + guestlog.noise(200, seed=5))
+    report = host.scan()
+    assert _verdicts(report) == {"inst-a": ("ok", _ts(30))}
+    assert len(report.warnings) == 1 and "truncated" in report.warnings[0]
+
+
+def test_assignment_changed_during_the_scan_is_not_attributed(host, monkeypatch):
+    app = host.instance("inst-a", vf_index=0)
+    guestlog.append(app, guestlog.report("failed", CLAIMED_NS + 27 * SEC))
+    real_current = _sentinel._InstanceScan.current
+
+    def racing_current(self, same_assignment):
+        result = real_current(self, same_assignment)
+        host.reassign("inst-a", vf_index=1, claimed_at=_ts(10))  # hypeman moved it meanwhile
+        return result
+
+    monkeypatch.setattr(_sentinel._InstanceScan, "current", racing_current)
+    report = host.scan()
+    assert report.findings == []
+    assert report.skipped == [{"instance_id": "inst-a",
+                               "reason": "vGPU assignment changed during the scan; scan again"}]
+    assert not os.path.exists(host.cursor_path("inst-a"))
+    monkeypatch.undo()
+    report = host.scan()  # the new assignment is read fresh; the marker is after its claim
+    assert report.findings[0]["vf_address"] == host.card.vfs[1]
+    assert _verdicts(report) == {"inst-a": ("failed", _ts(27))}
+
+
+def test_metadata_id_must_match_its_directory(host):
+    host.instance("inst-a")
+    path = os.path.join(host.tree.data_dir, "guests", "inst-a", "metadata.json")
+    meta = json.load(open(path))
+    meta["Id"] = "inst-z"
+    json.dump(meta, open(path, "w"))
+    report = host.scan()
+    assert [s["instance_id"] for s in report.skipped] == ["inst-z"]
+    assert report.skipped[0]["reason"].startswith("metadata Id does not match its directory")
+
+
+def test_temp_files_of_a_killed_run_are_removed(host):
+    host.instance("inst-a")
+    host.scan()
+    leftover = os.path.join(host.state_dir, "sentinel", ".inst-a.abc123.tmp")
+    with open(leftover, "w") as handle:
+        handle.write("{")
+    host.scan()
+    assert not os.path.exists(leftover)
+    assert os.path.exists(host.cursor_path("inst-a"))

@@ -1,0 +1,478 @@
+# -*- coding: utf-8 -*-
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""vf_health: options, states, outcomes, check mode, diff, ledger, repair, bad input."""
+
+from __future__ import annotations
+
+import errno
+import hashlib
+import json
+import os
+
+import pytest
+
+from ansible.module_utils.common import warnings as ansible_warnings
+from ansible.module_utils.testing import patch_module_args
+
+from ansible_collections.hypeman.vgpu.plugins.module_utils import _ledger, _proc, _store
+from ansible_collections.hypeman.vgpu.plugins.module_utils._errors import VgpuError
+from ansible_collections.hypeman.vgpu.plugins.modules import vf_health
+from ansible_collections.hypeman.vgpu.tests.sim.hosttree import HostTree
+
+CARD = "0000:82:00.0"
+ASSIGNED = "2026-08-20T15:00:00.123456789Z"
+
+
+class Host(object):
+    def __init__(self, root):
+        self.tree = HostTree(str(root))
+        self.card = self.tree.add_card("A100", CARD, numvfs=4)
+        self.vfs = list(self.card.vfs)
+        self.path = self.tree.store_path
+
+    def run(self, capsys, check_mode=False, diff=False, **args):
+        params = {"data_dir": self.tree.data_dir, "state_dir": self.tree.state_dir,
+                  "sysfs_root": self.tree.sysfs_root, "proc_root": self.tree.proc_root,
+                  "config_path": self.tree.config_path, "_ansible_check_mode": check_mode,
+                  "_ansible_diff": diff}
+        params.update(args)
+        ansible_warnings._global_warnings.clear()  # module warnings are process-global
+        with patch_module_args(params):
+            with pytest.raises(SystemExit):
+                vf_health.main()
+        result = json.loads(capsys.readouterr().out)
+        result["warning_texts"] = list(ansible_warnings.get_warning_messages())
+        return result
+
+    def raw(self):
+        try:
+            with open(self.path, "rb") as handle:
+                return handle.read()
+        except IOError:
+            return None
+
+    def put(self, data):
+        os.makedirs(os.path.dirname(self.path), exist_ok=True)
+        with open(self.path, "wb") as handle:
+            handle.write(data)
+
+    def store(self):
+        return _store.load_store(self.path)
+
+    def ledger(self):
+        return _ledger.read_ledger(self.tree.state_dir)
+
+    def snapshot(self):
+        """Digest of every file (and link) under the host root."""
+        digest = {}
+        for base, dirs, files in os.walk(self.tree.root):
+            for name in dirs + files:
+                full = os.path.join(base, name)
+                if os.path.islink(full):
+                    digest[full] = "link:" + os.readlink(full)
+                elif os.path.isfile(full):
+                    with open(full, "rb") as handle:
+                        digest[full] = hashlib.sha256(handle.read()).hexdigest()
+                else:
+                    digest[full] = "dir"
+        return digest
+
+
+@pytest.fixture
+def host(tmp_path):
+    return Host(tmp_path / "host")
+
+
+def fail(host, capsys, vf, instance, check_mode=False, **extra):
+    return host.run(capsys, check_mode=check_mode, state="failed", vf_addresses=[vf], instance_id=instance,
+                    assigned_at=ASSIGNED, **extra)
+
+
+def cycle(host, capsys, first, **args):
+    """check -> apply -> apply again -> check again; returns the four results."""
+    results = [host.run(capsys, check_mode=True, diff=True, **args)]
+    assert host.raw() == first
+    results.append(host.run(capsys, diff=True, **args))
+    results.append(host.run(capsys, diff=True, **args))
+    results.append(host.run(capsys, check_mode=True, diff=True, **args))
+    assert [r["changed"] for r in results] == [True, True, False, False], results
+    assert results[0]["outcomes"] == results[1]["outcomes"]
+    assert [r["vf_address"] for r in results[0]["records"]] == [r["vf_address"] for r in results[1]["records"]]
+    return results
+
+
+def warnings_of(result):
+    return " | ".join(result["warning_texts"])
+
+
+def write_config(host, text):
+    os.makedirs(os.path.dirname(host.tree.config_path), exist_ok=True)
+    with open(host.tree.config_path, "w") as handle:
+        handle.write(text)
+
+
+# --- bad input: a clear error naming the value, nothing on disk changes ------------------------
+
+
+@pytest.mark.parametrize("args, message", [
+    (dict(state="quarantined", vf_addresses=["not-a-pci-address"]), "invalid VF address 'not-a-pci-address'"),
+    (dict(state="quarantined", vf_addresses=["0000:82:00.4", "0000:82:00.9"]), "invalid VF address '0000:82:00.9'"),
+    (dict(state="quarantined", parent_gpu="82:00"), "invalid VF address '82:00'"),
+    (dict(state="quarantined", vf_addresses=[]), "vf_addresses is empty"),
+    (dict(state="failed", vf_addresses=["0000:82:00.4"], instance_id="i", assigned_at="a", threshold=0),
+     "threshold is 0; expected a whole number >= 1"),
+    (dict(state="failed", vf_addresses=["0000:82:00.4"], instance_id="i", assigned_at="a", threshold=-3),
+     "threshold is -3; expected a whole number >= 1"),
+    (dict(state="quarantined", vf_addresses=["0000:82:00.4"], parent_gpu=CARD),
+     "parameters are mutually exclusive: vf_addresses|parent_gpu"),
+    (dict(state="absent"), "one of vf_addresses or parent_gpu is required with state=absent"),
+    (dict(state="repaired", vf_addresses=["0000:82:00.4"]), "state=repaired acts on the whole store"),
+    (dict(state="failed", vf_addresses=["0000:82:00.4"]), "state is failed but all of the following are missing"),
+    (dict(state="succeeded", vf_addresses=["0000:82:00.4"], instance_id="i"), "assigned_at"),
+    (dict(state="quarantined", parent_gpu="0000:99:00.0"), "parent_gpu 0000:99:00.0: no VFs found"),
+])
+def test_bad_input_fails_and_changes_nothing(host, capsys, args, message):
+    host.put(b'{"version":1,"records":[]}')
+    before = host.snapshot()
+    result = host.run(capsys, **args)
+    assert result["failed"] and message in result["msg"], result["msg"]
+    assert host.snapshot() == before
+
+
+def test_bad_threshold_in_config_is_named(host, capsys):
+    write_config(host, "gpu:\n  vf_quarantine_threshold: 0\n")
+    result = host.run(capsys, state="quarantined", vf_addresses=[host.vfs[0]])
+    assert result["failed"] and "gpu.vf_quarantine_threshold is 0" in result["msg"]
+    assert host.raw() is None
+
+
+# --- failed / succeeded --------------------------------------------------------------------------
+
+
+def test_failed_cycle_and_threshold_crossing(host, capsys):
+    vf = host.vfs[0]
+    results = cycle(host, capsys, None, state="failed", vf_addresses=[vf.upper()], instance_id="i1",
+                    assigned_at=ASSIGNED)
+    assert results[1]["outcomes"] == {vf: "recorded"} and results[2]["outcomes"] == {vf: "unchanged"}
+    assert results[1]["vf_addresses"] == [vf]
+    assert results[0]["diff"]["before"] == "" and results[1]["diff"]["after"] == host.raw().decode()
+    assert results[2]["diff"]["before"] == results[2]["diff"]["after"] == host.raw().decode()
+    assert results[1]["ledger_entries"] == [] and not host.ledger().exists  # below threshold: nothing to log
+    first = host.raw()
+    results = cycle(host, capsys, first, state="failed", vf_addresses=[vf], instance_id="i2", assigned_at=ASSIGNED)
+    assert results[0]["outcomes"] == results[1]["outcomes"] == {vf: "quarantined"}
+    assert results[1]["quarantined"] == [vf] and host.store().quarantined() == [vf]
+    assert [(e["action"], e["trigger"]) for e in host.ledger().entries] == [("quarantine", "failure_threshold")]
+    assert host.ledger().entries[0]["quarantined_at"] == results[1]["records"][0]["quarantined_at"]
+    # Failure-threshold quarantines are evidence, not owned drains.
+    assert _ledger.owned_quarantines(host.ledger(), host.store()) == []
+
+
+def test_failed_with_empty_instance_and_assignment(host, capsys):
+    vf = host.vfs[0]
+    result = host.run(capsys, state="failed", vf_addresses=[vf], instance_id="", assigned_at="")
+    assert result["outcomes"] == {vf: "recorded"}
+    assert b"instance_id" not in host.raw() and b"assigned_at" not in host.raw()
+
+
+def test_succeeded_clears_and_rescinds(host, capsys):
+    vf = host.vfs[0]
+    fail(host, capsys, vf, "i1")
+    fail(host, capsys, vf, "i2")
+    before = host.raw()
+    # The older assignment's success changes nothing on a quarantined VF.
+    result = host.run(capsys, state="succeeded", vf_addresses=[vf], instance_id="i1", assigned_at=ASSIGNED)
+    assert (result["changed"], result["outcomes"], result["cleared"]) == (False, {vf: "unchanged"}, {vf: 0})
+    assert host.raw() == before
+    results = cycle(host, capsys, before, state="succeeded", vf_addresses=[vf], instance_id="i2",
+                    assigned_at=ASSIGNED)
+    assert results[1]["outcomes"] == {vf: "rescinded"} and results[1]["cleared"] == {vf: 2}
+    assert results[2]["outcomes"] == {vf: "unchanged"}
+    assert host.store().records == {} and host.store().format == "v1"
+    assert [(e["action"], e["trigger"]) for e in host.ledger().entries][-1] == ("clear", "success")
+
+
+def test_succeeded_below_threshold_clears(host, capsys):
+    vf = host.vfs[1]
+    fail(host, capsys, vf, "i1")
+    result = host.run(capsys, state="succeeded", vf_addresses=[vf], instance_id="i1", assigned_at=ASSIGNED)
+    assert (result["changed"], result["outcomes"], result["cleared"]) == (True, {vf: "cleared"}, {vf: 1})
+    assert not host.ledger().exists  # no quarantine was involved
+
+
+def test_threshold_option_and_config(host, capsys):
+    vf = host.vfs[0]
+    write_config(host, "gpu:\n  vf_quarantine_threshold: 3\n")
+    fail(host, capsys, vf, "i1")
+    result = fail(host, capsys, vf, "i2")
+    assert result["outcomes"] == {vf: "recorded"} and result["threshold"] == 3
+    assert result["threshold_source"] == host.tree.config_path
+    result = fail(host, capsys, vf, "i3", threshold=5)
+    assert result["outcomes"] == {vf: "recorded"} and result["threshold_source"] == "option"
+
+
+def test_lowered_threshold_reevaluates_only_when_writing(host, capsys):
+    vf, other = host.vfs[0], host.vfs[1]
+    for instance in ("i1", "i2"):
+        fail(host, capsys, vf, instance, threshold=5)
+    before = host.raw()
+    # An operation that changes nothing does not write the re-evaluation either.
+    result = host.run(capsys, state="absent", vf_addresses=[other], threshold=2)
+    assert (result["changed"], result["reevaluated"]) == (False, [])
+    assert host.raw() == before
+    # hypeman's order: re-evaluate first, so a further failure on vf is "unchanged" (already quarantined)...
+    result = fail(host, capsys, vf, "i3", threshold=2)
+    assert (result["changed"], result["outcomes"]) == (False, {vf: "unchanged"})
+    # ...and a write for another VF carries the re-evaluation with it.
+    result = fail(host, capsys, other, "x", threshold=2)
+    assert result["changed"] and result["reevaluated"] == [vf]
+    assert host.store().quarantined() == [vf]
+    assert [e["trigger"] for e in host.ledger().entries] == ["reevaluation"]
+
+
+# --- quarantined / absent / ownership --------------------------------------------------------------
+
+
+def test_quarantined_whole_card_cycle_and_owned_clear(host, capsys):
+    results = cycle(host, capsys, None, state="quarantined", parent_gpu=CARD.upper(), reason="drain for cycle",
+                    job_id="77", requested_by="alice")
+    assert results[1]["vf_addresses"] == host.vfs
+    assert results[1]["outcomes"] == dict((vf, "quarantined") for vf in host.vfs)
+    assert results[2]["outcomes"] == dict((vf, "unchanged") for vf in host.vfs)
+    assert host.store().quarantined() == sorted(host.vfs)
+    entries = host.ledger().entries
+    assert [(e["vf_address"], e["parent_gpu"], e["reason"], e["user"], e["job_id"]) for e in entries] == [
+        (vf, CARD, "drain for cycle", "alice", "77") for vf in host.vfs]
+    assert len(set(e["run_id"] for e in entries)) == 1
+    assert _ledger.owned_quarantines(host.ledger(), host.store()) == sorted(host.vfs)
+    results = cycle(host, capsys, host.raw(), state="absent", parent_gpu=CARD)
+    assert results[1]["outcomes"] == dict((vf, "cleared") for vf in host.vfs)
+    assert host.store().records == {}
+    assert [e["action"] for e in host.ledger().entries][-4:] == ["clear"] * 4
+
+
+def test_absent_owned_only_skips_foreign_quarantines(host, capsys):
+    ours, theirs, failed = host.vfs[0], host.vfs[1], host.vfs[2]
+    host.run(capsys, state="quarantined", vf_addresses=[ours], reason="drain")
+    store = host.store()
+    store.quarantine(theirs)  # hand-made by an operator, unknown to the ledger
+    store.report_failure(failed, "i", "a", 5)  # below threshold: not a quarantine
+    host.put(store.to_bytes())
+    before = host.raw()
+    result = host.run(capsys, check_mode=True, state="absent", vf_addresses=[ours, theirs, failed])
+    assert result["outcomes"] == {ours: "cleared", theirs: "skipped_not_owned", failed: "cleared"}
+    assert "latest ledger entry: none" in result["not_owned"][theirs]
+    assert host.raw() == before
+    result = host.run(capsys, state="absent", vf_addresses=[ours, theirs, failed])
+    assert result["changed"] and host.store().quarantined() == [theirs]
+    result = host.run(capsys, state="absent", vf_addresses=[theirs])
+    assert (result["changed"], result["outcomes"]) == (False, {theirs: "skipped_not_owned"})
+    result = host.run(capsys, state="absent", vf_addresses=[theirs], owned_only=False, reason="after cycle")
+    assert result["outcomes"] == {theirs: "cleared"} and host.store().records == {}
+
+
+def test_requarantined_by_someone_else_is_no_longer_owned(host, capsys):
+    vf = host.vfs[0]
+    host.run(capsys, state="quarantined", vf_addresses=[vf])
+    store = host.store()
+    store.remove(vf)
+    store.quarantine(vf)  # someone else's quarantine, a new timestamp
+    host.put(store.to_bytes())
+    result = host.run(capsys, state="absent", vf_addresses=[vf])
+    assert result["outcomes"] == {vf: "skipped_not_owned"}
+    assert "quarantine/manual" in result["not_owned"][vf]
+
+
+def test_manual_quarantine_keeps_failures(host, capsys):
+    vf = host.vfs[0]
+    fail(host, capsys, vf, "i1")
+    host.run(capsys, state="quarantined", vf_addresses=[vf])
+    record = host.store().records[vf]
+    assert len(record.failures) == 1 and record.quarantined_at is not None
+
+
+def test_parent_gpu_includes_vfs_only_the_ledger_remembers(host, capsys):
+    host.run(capsys, state="quarantined", parent_gpu=CARD)
+    host.tree.remove_vfs(CARD)  # SR-IOV disabled: the virtfn links are gone
+    result = host.run(capsys, state="absent", parent_gpu=CARD)
+    assert sorted(result["vf_addresses"]) == sorted(host.vfs)
+    assert result["outcomes"] == dict((vf, "cleared") for vf in host.vfs)
+
+
+# --- invalid stores fail closed; repaired ------------------------------------------------------------
+
+INVALID = [
+    (b"not json", "invalid"),
+    (b"[]", "legacy"),
+    (b'{"version":2,"records":[]}', "invalid"),
+    (b'{"version":1}', "invalid"),
+    (b'{"version":1,"records":[{"vf_address":"0000:82:00.4","quarantined_at":"0001-01-01T00:00:00Z"}]}', "invalid"),
+]
+
+
+@pytest.mark.parametrize("content, fmt", INVALID)
+@pytest.mark.parametrize("args", [
+    dict(state="failed", instance_id="i", assigned_at="a"), dict(state="succeeded", instance_id="i", assigned_at="a"),
+    dict(state="quarantined"), dict(state="absent"), dict(state="absent", owned_only=False),
+])
+def test_invalid_store_fails_closed_for_every_state(host, capsys, content, fmt, args):
+    host.put(content)
+    before = host.snapshot()
+    for check_mode in (True, False):
+        result = host.run(capsys, check_mode=check_mode, vf_addresses=[host.vfs[0]], **args)
+        assert result["failed"] and host.path in result["msg"] and "(%s)" % fmt in result["msg"]
+        assert result["store_error"] == _store.parse_store_bytes(host.path, content).error
+    assert host.snapshot() == before
+
+
+def test_repaired_legacy_store(host, capsys):
+    legacy = ('[{"vf_address":"%s","instance_id":"x","wedge_count":1,"quarantined_at":"2026-01-01T00:00:00Z"},'
+              '{"vf_address":"%s","wedge_count":2}]' % (host.vfs[0], host.vfs[1].upper())).encode()
+    host.put(legacy)
+    result = host.run(capsys, check_mode=True, diff=True, state="repaired")
+    assert result["changed"] and result["backup_file"] is None and host.raw() == legacy
+    assert result["diff"]["before"] == legacy.decode()
+    result = host.run(capsys, state="repaired", job_id="9")
+    assert result["changed"] and (result["previous_format"], result["previous_error"]) == (
+        "legacy", "unmarshal VF health state: json: cannot unmarshal array into Go value of type "
+                  "devices.vfHealthFile")
+    assert result["outcomes"] == {host.vfs[0]: "quarantined", host.vfs[1]: "quarantined"}
+    with open(result["backup_file"], "rb") as handle:
+        assert handle.read() == legacy
+    store = host.store()
+    assert store.valid and store.quarantined() == sorted(host.vfs[:2])
+    assert store.records[host.vfs[0]].quarantined_at == _store.parse_store_bytes(
+        "p", b'{"version":1,"records":[{"vf_address":"0000:00:00.0","quarantined_at":"2026-01-01T00:00:00Z"}]}'
+    ).records["0000:00:00.0"].quarantined_at
+    assert [(e["action"], e["job_id"]) for e in host.ledger().entries] == [("repair", "9")] * 2
+    # Repaired quarantines are not owned drains.
+    assert _ledger.owned_quarantines(host.ledger(), store) == []
+    again = host.run(capsys, state="repaired")
+    assert (again["changed"], again["outcomes"], again["backup_file"]) == (False, {}, None)
+    assert host.run(capsys, check_mode=True, state="repaired")["changed"] is False
+
+
+def test_repaired_garbage_keeps_every_address_found(host, capsys):
+    garbage = ('{"version":1,"records":[{"vf_address":"%s"' % host.vfs[2]).encode()
+    host.put(garbage)
+    result = host.run(capsys, state="repaired")
+    assert result["changed"] and host.store().quarantined() == [host.vfs[2]]
+    assert result["previous_error"] == "unmarshal VF health state: unexpected end of JSON input"
+
+
+def test_repaired_empty_invalid_store_logs_once(host, capsys):
+    host.put(b"{}")
+    result = host.run(capsys, state="repaired")
+    assert result["changed"] and host.store().records == {} and host.store().format == "v1"
+    assert [(e["action"], e["vf_address"]) for e in host.ledger().entries] == [("repair", None)]
+
+
+def test_repaired_on_valid_or_missing_store_changes_nothing(host, capsys):
+    assert host.run(capsys, state="repaired")["changed"] is False
+    assert host.raw() is None
+    host.put(b'{"version":1,"records":[]}')
+    before = host.snapshot()
+    assert host.run(capsys, state="repaired")["changed"] is False
+    assert host.snapshot() == before
+
+
+def test_backup_option(host, capsys):
+    vf = host.vfs[0]
+    fail(host, capsys, vf, "i1")
+    before = host.raw()
+    result = fail(host, capsys, vf, "i2", backup=True)
+    with open(result["backup_file"], "rb") as handle:
+        assert handle.read() == before
+    assert fail(host, capsys, vf, "i2", backup=True)["backup_file"] is None
+
+
+# --- hypeman running ------------------------------------------------------------------------------
+
+
+def test_warns_when_hypeman_runs(host, capsys):
+    pid = host.tree.add_process(comm="hypeman-api", cmdline=["/opt/hypeman/bin/hypeman-api"])
+    result = host.run(capsys, state="quarantined", vf_addresses=[host.vfs[0]])
+    assert result["hypeman_running"] is True
+    assert result["hypeman_processes"] == [{"pid": pid, "comm": "hypeman-api", "cmdline": "/opt/hypeman/bin/hypeman-api"}]
+    assert "restart it now" in warnings_of(result)
+    result = host.run(capsys, state="quarantined", vf_addresses=[host.vfs[0]])
+    assert result["hypeman_running"] is True and not result["warning_texts"]  # nothing changed
+
+
+def test_no_hypeman_no_warning(host, capsys):
+    host.tree.add_process(comm="sleep")
+    result = host.run(capsys, state="quarantined", vf_addresses=[host.vfs[0]])
+    assert result["hypeman_running"] is False and not result["warning_texts"]
+
+
+def test_find_processes_matches_comm_or_argv0(tmp_path):
+    tree = HostTree(str(tmp_path))
+    a = tree.add_process(comm="hypeman-api", cmdline=["/opt/hypeman/bin/hypeman-api", "--x"])
+    b = tree.add_process(comm="python3", cmdline=["/usr/local/bin/hypeman", "serve"])
+    tree.add_process(comm="bash", cmdline=["bash", "-c", "hypeman-api"])
+    found = _proc.find_processes(tree.proc_root, ("hypeman-api", "hypeman"))
+    assert [(p["pid"], p["comm"]) for p in found] == [(a, "hypeman-api"), (b, "python3")]
+    assert found[1]["cmdline"] == "/usr/local/bin/hypeman serve"
+
+
+def test_find_processes_ignores_processes_that_exit(tmp_path, monkeypatch):
+    tree = HostTree(str(tmp_path))
+    gone = tree.add_process(comm="hypeman-api")
+    kept = tree.add_process(comm="hypeman-api")
+    real = _proc._read_proc_file
+
+    def reading(path):
+        if "/%d/" % gone in path:
+            raise IOError(errno.ENOENT, "No such file or directory")
+        return real(path)
+
+    monkeypatch.setattr(_proc, "_read_proc_file", reading)
+    assert [p["pid"] for p in _proc.find_processes(tree.proc_root, ["hypeman-api"])] == [kept]
+
+    def unreadable(path):
+        raise IOError(errno.EACCES, "Permission denied")
+
+    monkeypatch.setattr(_proc, "_read_proc_file", unreadable)
+    with pytest.raises(VgpuError) as err:
+        _proc.find_processes(tree.proc_root, ["hypeman-api"])
+    assert "Permission denied" in err.value.msg
+
+
+def test_unreadable_proc_is_a_warning_not_a_failure(host, capsys, monkeypatch):
+    def broken(proc_root, names):
+        raise VgpuError("cannot list processes in %s: boom" % proc_root)
+
+    monkeypatch.setattr(_proc, "find_processes", broken)
+    result = host.run(capsys, state="quarantined", vf_addresses=[host.vfs[0]])
+    assert result["changed"] and result["hypeman_running"] is None
+    assert "could not tell whether hypeman is running" in warnings_of(result)
+
+
+# --- symlinks and the ledger --------------------------------------------------------------------
+
+
+def test_symlinked_store_is_refused_by_the_module(host, capsys, tmp_path):
+    target = tmp_path / "planted.json"
+    target.write_bytes(b'{"version":1,"records":[]}')
+    os.makedirs(os.path.dirname(host.path), exist_ok=True)
+    os.symlink(str(target), host.path)
+    result = host.run(capsys, state="quarantined", vf_addresses=[host.vfs[0]])
+    assert result["failed"] and "is a symlink" in result["msg"]
+    assert target.read_bytes() == b'{"version":1,"records":[]}'
+
+
+def test_ledger_append_failure_is_reported_with_changed(host, capsys, monkeypatch):
+    def broken(state_dir, entries):
+        raise VgpuError("cannot append to ledger x: disk full")
+
+    monkeypatch.setattr(_ledger, "append_entries", broken)
+    result = host.run(capsys, state="quarantined", vf_addresses=[host.vfs[0]])
+    assert result["failed"] and result["changed"] is True
+    assert "was changed, but the ledger append failed" in result["msg"]
+    assert host.store().quarantined() == [host.vfs[0]]
+
+
+def test_requested_by_defaults_to_the_host_user(host, capsys, monkeypatch):
+    monkeypatch.setenv("SUDO_USER", "carol")
+    host.run(capsys, state="quarantined", vf_addresses=[host.vfs[0]])
+    assert host.ledger().entries[0]["user"] == "carol"

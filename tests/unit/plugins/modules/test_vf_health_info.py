@@ -1,0 +1,154 @@
+# -*- coding: utf-8 -*-
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""vf_health_info: the store as data, never writing."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+
+import pytest
+
+from ansible.module_utils.testing import patch_module_args
+
+from ansible_collections.hypeman.vgpu.plugins.module_utils import _ledger
+from ansible_collections.hypeman.vgpu.plugins.module_utils._gotime import parse_rfc3339
+from ansible_collections.hypeman.vgpu.plugins.modules import vf_health_info
+
+STORE = b'''{"version":1,"records":[
+ {"vf_address":"0000:82:00.4","failures":[{"instance_id":"a","reported_at":"2026-08-20T15:00:00Z"},
+                                           {"instance_id":"b","reported_at":"2026-08-20T16:00:00Z"}]},
+ {"vf_address":"0000:82:00.5","failures":[{"instance_id":"c","reported_at":"2026-08-20T15:00:00Z"}]},
+ {"vf_address":"0000:e3:00.4","quarantined_at":"2026-08-21T00:00:00Z"},
+ {"vf_address":"0000:e3:00.5","quarantined_at":"2026-08-22T00:00:00Z"}]}'''
+
+
+class Info(object):
+    def __init__(self, root):
+        self.root = str(root)
+        self.data_dir = os.path.join(self.root, "data")
+        self.state_dir = os.path.join(self.root, "state")
+        self.config_path = os.path.join(self.root, "config.yaml")
+        self.path = os.path.join(self.data_dir, "gpu", "vf-health.json")
+
+    def put(self, data):
+        os.makedirs(os.path.dirname(self.path), exist_ok=True)
+        with open(self.path, "wb") as handle:
+            handle.write(data)
+
+    def run(self, capsys, check_mode=False, **args):
+        params = {"data_dir": self.data_dir, "state_dir": self.state_dir, "config_path": self.config_path,
+                  "_ansible_check_mode": check_mode}
+        params.update(args)
+        with patch_module_args(params):
+            with pytest.raises(SystemExit):
+                vf_health_info.main()
+        return json.loads(capsys.readouterr().out)
+
+    def digest(self):
+        found = {}
+        for base, _dirs, files in os.walk(self.root):
+            for name in files:
+                with open(os.path.join(base, name), "rb") as handle:
+                    found[os.path.join(base, name)] = hashlib.sha256(handle.read()).hexdigest()
+        return found
+
+
+@pytest.fixture
+def info(tmp_path):
+    return Info(tmp_path)
+
+
+def test_missing_store(info, capsys):
+    result = info.run(capsys)
+    assert {k: result[k] for k in ("changed", "exists", "format", "valid", "error", "records", "quarantined",
+                                   "failure_counts", "would_quarantine", "owned", "recoverable", "threshold",
+                                   "threshold_source", "symlink")} == {
+        "changed": False, "exists": False, "format": "missing", "valid": True, "error": None, "records": [],
+        "quarantined": [], "failure_counts": {}, "would_quarantine": [], "owned": [], "recoverable": [],
+        "threshold": 2, "threshold_source": "default", "symlink": False}
+    assert result["ledger"] == {"path": os.path.join(info.state_dir, "ledger.jsonl"), "exists": False, "total": 0,
+                                "entries": [], "problems": []}
+    assert not os.path.exists(info.data_dir) and not os.path.exists(info.state_dir)
+
+
+def test_valid_store_with_ledger(info, capsys):
+    info.put(STORE)
+    _ledger.append_entries(info.state_dir, [
+        _ledger.make_entry("quarantine", "0000:e3:00.4", parse_rfc3339("2026-08-21T00:00:00Z"), "drain", "alice"),
+        _ledger.make_entry("quarantine", "0000:e3:00.5", parse_rfc3339("2026-08-01T00:00:00Z"), "drain", "alice"),
+    ])
+    with open(os.path.join(info.state_dir, "ledger.jsonl"), "a") as handle:
+        handle.write("garbage\n")
+    before = info.digest()
+    result = info.run(capsys, ledger_entries=1)
+    assert (result["exists"], result["format"], result["valid"], result["error"]) == (True, "v1", True, None)
+    assert result["quarantined"] == ["0000:e3:00.4", "0000:e3:00.5"]
+    assert result["failure_counts"] == {"0000:82:00.4": 2, "0000:82:00.5": 1, "0000:e3:00.4": 0, "0000:e3:00.5": 0}
+    assert result["would_quarantine"] == ["0000:82:00.4"]
+    assert result["owned"] == ["0000:e3:00.4"]  # e3:00.5's time no longer matches what we wrote
+    assert result["records"][2] == {"vf_address": "0000:e3:00.4", "failures": [],
+                                    "quarantined_at": "2026-08-21T00:00:00Z"}
+    assert result["ledger"]["total"] == 2 and [e["vf_address"] for e in result["ledger"]["entries"]] == ["0000:e3:00.5"]
+    assert result["ledger"]["problems"] == [{"line": 3, "error": result["ledger"]["problems"][0]["error"]}]
+    assert result["recoverable"] == []
+    assert info.digest() == before
+
+
+def test_threshold_from_config_and_option(info, capsys):
+    info.put(STORE)
+    with open(info.config_path, "w") as handle:
+        handle.write("port: 8080\ngpu:\n  vf_quarantine_threshold: 1  # strict\n")
+    result = info.run(capsys)
+    assert (result["threshold"], result["threshold_source"]) == (1, info.config_path)
+    assert result["would_quarantine"] == ["0000:82:00.4", "0000:82:00.5"]
+    result = info.run(capsys, threshold=3)
+    assert (result["threshold"], result["threshold_source"], result["would_quarantine"]) == (3, "option", [])
+
+
+@pytest.mark.parametrize("content, fmt, error", [
+    (b"[]", "legacy", "unmarshal VF health state: json: cannot unmarshal array into Go value of type devices.vfHealthFile"),
+    (b"{", "invalid", "unmarshal VF health state: unexpected end of JSON input"),
+    (b'{"version":1,"records":[{"vf_address":"0000:82:00.4"}]}', "invalid",
+     "validate VF health state record 0: neither quarantined nor any recorded failures"),
+])
+def test_invalid_store_reported_with_hypemans_error(info, capsys, content, fmt, error):
+    info.put(content)
+    result = info.run(capsys)
+    assert not result.get("failed")
+    assert (result["format"], result["valid"], result["error"], result["records"], result["quarantined"]) == (
+        fmt, False, error, [], [])
+    with open(info.path, "rb") as handle:
+        assert handle.read() == content
+
+
+def test_recoverable_lists_what_repair_would_keep(info, capsys):
+    info.put(b'[{"vf_address":"0000:82:00.4","wedge_count":1},{"vf_address":"0000:E3:00.5","wedge_count":1}]')
+    assert info.run(capsys)["recoverable"] == ["0000:82:00.4", "0000:e3:00.5"]
+
+
+def test_check_mode_is_the_same(info, capsys):
+    info.put(STORE)
+    normal = info.run(capsys)
+    checked = info.run(capsys, check_mode=True)
+    for key in ("records", "quarantined", "would_quarantine", "owned", "format", "valid"):
+        assert normal[key] == checked[key]
+
+
+@pytest.mark.parametrize("args, message", [
+    (dict(threshold=0), "threshold is 0; expected a whole number >= 1"),
+    (dict(ledger_entries=-1), "ledger_entries is -1; expected 0 or more"),
+])
+def test_bad_input(info, capsys, args, message):
+    result = info.run(capsys, **args)
+    assert result["failed"] and message in result["msg"]
+
+
+def test_symlinked_store_is_read_and_flagged(info, capsys, tmp_path):
+    target = tmp_path / "elsewhere.json"
+    target.write_bytes(STORE)
+    os.makedirs(os.path.dirname(info.path))
+    os.symlink(str(target), info.path)
+    result = info.run(capsys)
+    assert result["symlink"] is True and result["valid"] is True  # hypeman reads through it

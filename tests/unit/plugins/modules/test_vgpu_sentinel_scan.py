@@ -1,0 +1,283 @@
+# -*- coding: utf-8 -*-
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""vgpu_sentinel_scan: the module's required behaviours, end to end on a host tree."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+
+import pytest
+
+from ansible.module_utils.testing import patch_module_args
+
+from ansible_collections.hypeman.vgpu.plugins.modules import vgpu_sentinel_scan
+from ansible_collections.hypeman.vgpu.tests.sim import guestlog
+from ansible_collections.hypeman.vgpu.tests.sim.hosttree import HostTree
+
+CLAIMED_NS = 1788177600123456789  # hosttree's default claim time
+SEC = 10 ** 9
+
+
+def _iso(ns):
+    return guestlog.rfc3339nano(ns)
+
+
+class Host(object):
+    def __init__(self, root):
+        self.tree = HostTree(root)
+        self.card = self.tree.add_card("L40S", "0000:82:00.0")
+        self.vf = self.card.vfs[0]
+
+    def boot(self, instance_id, claimed_ns, vf_index=0):
+        """hypeman starts the instance: archive the old app.log, claim the VF, new log."""
+        logs = os.path.join(self.tree.data_dir, "guests", instance_id, "logs")
+        if os.path.exists(os.path.join(logs, "app.log")):
+            guestlog.archive_previous_boot(os.path.join(logs, "app.log"), claimed_ns - SEC)
+        self.tree.add_instance(instance_id, vf=self.card.vfs[vf_index], profile="NVIDIA L40S-2Q",
+                               claimed_at=_iso(claimed_ns))
+        return os.path.join(logs, "app.log")
+
+    def run(self, capsys, check_mode=False, diff=False, **args):
+        params = {"data_dir": self.tree.data_dir, "state_dir": self.tree.state_dir,
+                  "config_path": self.tree.config_path, "_ansible_check_mode": check_mode,
+                  "_ansible_diff": diff}
+        params.update(args)
+        with patch_module_args(params):
+            with pytest.raises(SystemExit):
+                vgpu_sentinel_scan.main()
+        return json.loads(capsys.readouterr().out)
+
+    def store(self):
+        try:
+            with open(self.tree.store_path, "rb") as handle:
+                return handle.read()
+        except IOError:
+            return None
+
+    def records(self):
+        data = self.store()
+        return {} if data is None else {r["vf_address"]: r for r in json.loads(data)["records"]}
+
+
+@pytest.fixture
+def host(tmp_path):
+    return Host(tmp_path)
+
+
+def _outcomes(result):
+    return [(o["instance_id"], o["report"], o["outcome"]) for o in result["outcomes"]]
+
+
+def test_two_failed_assignments_quarantine_the_vf_and_a_rerun_changes_nothing(host, capsys):
+    first_claim, second_claim = CLAIMED_NS, CLAIMED_NS + 3600 * SEC
+    app = host.boot("inst-a", first_claim)
+    guestlog.append(app, guestlog.report("failed", first_claim + 27 * SEC))
+    result = host.run(capsys, record=True)
+    assert result["changed"] is True
+    assert _outcomes(result) == [("inst-a", "failure", "recorded")]
+    assert "quarantined_at" not in host.records()[host.vf]
+
+    app = host.boot("inst-a", second_claim)  # a new assignment of the same VF fails again
+    guestlog.append(app, guestlog.report("failed", second_claim + 27 * SEC))
+    result = host.run(capsys, record=True)
+    assert result["changed"] is True
+    assert _outcomes(result) == [("inst-a", "failure", "quarantined")]
+    record = host.records()[host.vf]
+    assert [f["assigned_at"] for f in record["failures"]] == [_iso(first_claim), _iso(second_claim)]
+    assert "quarantined_at" in record
+    assert [h["verdict"] for h in result["history"]] == ["failed"]  # the first boot, now archived
+
+    before = host.store()
+    again = host.run(capsys, record=True)
+    assert again["changed"] is False and again["outcomes"] == []
+    assert host.store() == before
+    assert [f["recorded"] for f in again["findings"]] == [True]
+
+
+def test_failed_then_ok_in_one_scan_records_nothing(host, capsys):
+    app = host.boot("inst-a", CLAIMED_NS)
+    guestlog.append(app, guestlog.report("failed", CLAIMED_NS + 27 * SEC)
+                    + guestlog.report("ok", CLAIMED_NS + 60 * SEC))
+    result = host.run(capsys, record=True)
+    assert result["changed"] is False
+    assert _outcomes(result) == [("inst-a", "success", "unchanged")]
+    assert host.store() is None
+
+
+def test_failed_then_ok_across_two_runs_clears_the_failure(host, capsys):
+    app = host.boot("inst-a", CLAIMED_NS)
+    guestlog.append(app, guestlog.report("failed", CLAIMED_NS + 27 * SEC))
+    assert _outcomes(host.run(capsys, record=True)) == [("inst-a", "failure", "recorded")]
+    assert host.vf in host.records()
+    guestlog.append(app, guestlog.report("ok", CLAIMED_NS + 60 * SEC))
+    result = host.run(capsys, record=True)
+    assert result["changed"] is True
+    assert [(o["outcome"], o["cleared"]) for o in result["outcomes"]] == [("cleared", 1)]
+    assert host.records() == {}
+
+
+@pytest.mark.parametrize("threshold", [1, 2])
+def test_restart_safety_never_recounts_even_without_cursors(host, capsys, threshold):
+    app = host.boot("inst-a", CLAIMED_NS)
+    guestlog.append(app, guestlog.report("failed", CLAIMED_NS + 27 * SEC))
+    first = host.run(capsys, record=True, threshold=threshold)
+    assert _outcomes(first)[0][2] == ("quarantined" if threshold == 1 else "recorded")
+    guestlog.append(app, guestlog.report("ok", CLAIMED_NS + 60 * SEC))
+    second = host.run(capsys, record=True, threshold=threshold)
+    assert _outcomes(second)[0][2] == ("rescinded" if threshold == 1 else "cleared")
+    settled = host.store()
+    assert host.records() == {}
+
+    assert host.run(capsys, record=True, threshold=threshold)["changed"] is False
+    shutil.rmtree(host.tree.state_dir)  # the cursors are lost: everything is read again
+    rerun = host.run(capsys, record=True, threshold=threshold)
+    assert rerun["changed"] is False
+    assert _outcomes(rerun) == [("inst-a", "success", "unchanged")]
+    assert host.store() == settled
+
+
+def test_failure_reread_without_cursors_is_not_counted_twice(host, capsys):
+    app = host.boot("inst-a", CLAIMED_NS)
+    guestlog.append(app, guestlog.report("failed", CLAIMED_NS + 27 * SEC))
+    host.run(capsys, record=True)
+    recorded = host.store()
+    shutil.rmtree(host.tree.state_dir)
+    rerun = host.run(capsys, record=True)
+    assert _outcomes(rerun) == [("inst-a", "failure", "unchanged")]
+    assert rerun["changed"] is False and host.store() == recorded
+
+
+def test_marker_written_just_before_copytruncate_is_recorded_once(host, capsys):
+    app = host.boot("inst-a", CLAIMED_NS)
+    guestlog.append(app, guestlog.noise(200))
+    assert host.run(capsys, record=True)["findings"] == []
+    guestlog.append(app, guestlog.report("failed", CLAIMED_NS + 27 * SEC))
+    guestlog.copytruncate(app)
+    guestlog.append(app, guestlog.noise(20, seed=1))
+    result = host.run(capsys, record=True)
+    assert _outcomes(result) == [("inst-a", "failure", "recorded")]
+    assert result["findings"][0]["file"] == app + ".1"
+    assert sum(s["markers"] for s in result["scanned"]) == 3
+    again = host.run(capsys, record=True)
+    assert again["changed"] is False and sum(s["markers"] for s in again["scanned"]) == 0
+    assert len(host.records()[host.vf]["failures"]) == 1
+
+
+def test_forged_lines_and_garbage_are_ignored_without_error(host, capsys):
+    app = host.boot("inst-a", CLAIMED_NS)
+    guestlog.append(app, "".join(guestlog.forged_lines(CLAIMED_NS + 30 * SEC).values()))
+    guestlog.append(app, b"\x00\xff\xfeHYPEMAN-GPU-INIT-FAILED\x00\n" + b"Z" * (10 * 1024 * 1024) + b"\n")
+    result = host.run(capsys, record=True)
+    assert result["changed"] is False
+    assert result["findings"] == [] and result["outcomes"] == [] and result["skipped_instances"] == []
+    assert host.store() is None
+
+
+def test_unreadable_log_and_metadata_are_reported_and_the_others_still_recorded(host, capsys):
+    bad_log = host.boot("bad-log", CLAIMED_NS, vf_index=1)
+    host.boot("bad-meta", CLAIMED_NS, vf_index=2)
+    good = host.boot("good", CLAIMED_NS, vf_index=3)
+    guestlog.append(good, guestlog.report("failed", CLAIMED_NS + 27 * SEC))
+    host.tree.break_path(bad_log, "eisdir")
+    host.tree.break_path(os.path.join(host.tree.data_dir, "guests", "bad-meta", "metadata.json"), "garbage")
+    result = host.run(capsys, record=True)
+    assert sorted(s["instance_id"] for s in result["skipped_instances"]) == ["bad-log", "bad-meta"]
+    assert "skipped" not in result  # Ansible would report the whole task as skipped
+    assert _outcomes(result) == [("good", "failure", "recorded")]
+    assert list(host.records()) == [host.card.vfs[3]]
+
+
+def test_audit_then_record_reports_what_the_audit_already_read(host, capsys):
+    app = host.boot("inst-a", CLAIMED_NS)
+    guestlog.append(app, guestlog.report("failed", CLAIMED_NS + 27 * SEC))
+    audit = host.run(capsys)
+    assert audit["changed"] is False and "outcomes" not in audit
+    assert [f["recorded"] for f in audit["findings"]] == [False]
+    assert host.store() is None
+    assert host.run(capsys)["findings"] == audit["findings"]  # evidence still standing
+    recorded = host.run(capsys, record=True)
+    assert _outcomes(recorded) == [("inst-a", "failure", "recorded")]
+
+
+def test_check_mode_predicts_and_writes_nothing(host, capsys):
+    app = host.boot("inst-a", CLAIMED_NS)
+    guestlog.append(app, guestlog.report("failed", CLAIMED_NS + 27 * SEC))
+    result = host.run(capsys, check_mode=True, diff=True, record=True, threshold=1)
+    assert result["changed"] is True
+    assert _outcomes(result) == [("inst-a", "failure", "quarantined")]
+    assert result["diff"]["before"] == "" and host.vf in result["diff"]["after"]
+    assert host.store() is None and not os.path.exists(host.tree.state_dir)
+    applied = host.run(capsys, record=True, threshold=1)
+    assert applied["changed"] is True and _outcomes(applied) == _outcomes(result)
+    cursor = os.path.join(host.tree.state_dir, "sentinel", "inst-a.json")
+    before = open(cursor, "rb").read()
+    guestlog.append(app, guestlog.report("ok", CLAIMED_NS + 60 * SEC))
+    check = host.run(capsys, check_mode=True, record=True, threshold=1)
+    assert check["changed"] is True and _outcomes(check) == [("inst-a", "success", "rescinded")]
+    assert open(cursor, "rb").read() == before
+    assert host.vf in host.records()
+
+
+def test_threshold_from_config_is_used(host, capsys):
+    host.tree.write_config(threshold=1)
+    app = host.boot("inst-a", CLAIMED_NS)
+    guestlog.append(app, guestlog.report("failed", CLAIMED_NS + 27 * SEC))
+    result = host.run(capsys, record=True)
+    assert (result["threshold"], result["threshold_source"]) == (1, host.tree.config_path)
+    assert _outcomes(result) == [("inst-a", "failure", "quarantined")]
+
+
+def test_bad_threshold_fails_naming_the_value_and_writes_nothing(host, capsys):
+    app = host.boot("inst-a", CLAIMED_NS)
+    guestlog.append(app, guestlog.report("failed", CLAIMED_NS + 27 * SEC))
+    result = host.run(capsys, record=True, threshold=0)
+    assert result["failed"] is True and "threshold is 0" in result["msg"]
+    assert host.store() is None and not os.path.exists(host.tree.state_dir)
+
+
+def test_invalid_store_fails_closed_and_keeps_the_evidence(host, capsys):
+    app = host.boot("inst-a", CLAIMED_NS)
+    guestlog.append(app, guestlog.report("failed", CLAIMED_NS + 27 * SEC))
+    host.tree.write_store(raw="[]")  # legacy bare array: hypeman refuses it
+    result = host.run(capsys, record=True)
+    assert result["failed"] is True and host.tree.store_path in result["msg"]
+    assert host.store() == b"[]"
+    assert not os.path.exists(os.path.join(host.tree.state_dir, "sentinel", "inst-a.json"))
+    audit = host.run(capsys)  # findings still work on a broken store
+    assert [f["verdict"] for f in audit["findings"]] == ["failed"]
+    host.tree.write_store(records=[])
+    assert _outcomes(host.run(capsys, record=True)) == [("inst-a", "failure", "recorded")]
+
+
+def test_corrupt_cursor_warns_and_rebuilds(host, capsys):
+    app = host.boot("inst-a", CLAIMED_NS)
+    guestlog.append(app, guestlog.report("failed", CLAIMED_NS + 27 * SEC))
+    host.run(capsys, record=True)
+    with open(os.path.join(host.tree.state_dir, "sentinel", "inst-a.json"), "w") as handle:
+        handle.write("{oops")
+    result = host.run(capsys, record=True)
+    assert result["changed"] is False
+    # ansible-core 2.19 returns warnings as structured summaries: look at their text.
+    assert "rebuilding it from scratch" in json.dumps(result["warnings"])
+    assert _outcomes(result) == [("inst-a", "failure", "unchanged")]
+
+
+def test_instance_filter(host, capsys):
+    host.boot("inst-a", CLAIMED_NS, vf_index=0)
+    host.boot("inst-b", CLAIMED_NS, vf_index=1)
+    result = host.run(capsys, instances=["inst-b", "nope"])
+    assert [s["instance_id"] for s in result["scanned"]] == ["inst-b"]
+    assert result["skipped_instances"] == [{"instance_id": "nope", "reason": "no such instance"}]
+
+
+def test_unusable_state_dir_fails_cleanly_and_records_nothing(host, capsys):
+    app = host.boot("inst-a", CLAIMED_NS)
+    guestlog.append(app, guestlog.report("failed", CLAIMED_NS + 27 * SEC))
+    with open(host.tree.state_dir, "w") as handle:
+        handle.write("not a directory")
+    result = host.run(capsys, record=True)
+    assert result["failed"] is True
+    assert result["msg"].startswith("cannot use sentinel state directory %s/sentinel" % host.tree.state_dir)
+    assert host.store() is None
