@@ -11,7 +11,7 @@ help:
 	@echo "make test     run every test (installs what it needs)"
 	@echo "make sanity | units | integration [TARGET=name] | lint | changelog-lint | build-smoke | py312"
 	@echo "make molecule [SCENARIO=name]  molecule scenarios on the simulated host"
-	@echo "make pytest   fast unit run with plain pytest (no ansible-test venv)"
+	@echo "make pytest [ARGS=...]  fast plain-pytest run of the unit tests"
 	@echo "make bench    run the benchmarks in bench/"
 
 bootstrap:
@@ -26,14 +26,14 @@ test: bootstrap
 sanity units integration lint changelog-lint build-smoke py312: bootstrap
 	@bash scripts/test.sh $@
 
-pydemo: bootstrap
-	@bash scripts/demo.sh
+molecule: bootstrap
+	@bash scripts/molecule.sh $(SCENARIO)
 
-test: bootstrap
+pytest: bootstrap
 	@cd $(COLL) && PYTHONPATH=$(CURDIR)/.collections $(VENV)/bin/python -m pytest -q -n 2 $(or $(ARGS),tests/unit)
 
 bench: bootstrap
 	@for b in bench/*.py; do echo "== $$b"; PYTHONPATH=$(CURDIR)/.collections $(VENV)/bin/python $$b || exit 1; done
 
 clean:
-	rm -rf .collections build tests/output
+	rm -rf .collections .mnt build tests/output
