@@ -75,7 +75,11 @@ def host_view(sysfs_root, proc_root, dev_root, data_dir, store_path, config_path
     cards.update(entry["parent"] for entry in discovery.unreadable if entry.get("parent"))
     cards.update(_sysfs.list_sriov_gpus(sysfs_root))
     parents = dict((card, _sysfs.read_parent(sysfs_root, card)) for card in cards)
-    instances, unreadable = _hypeman.list_instances(data_dir, proc_root)
+    instances, unreadable = _hypeman.list_instances(data_dir)
+    checker = _hypeman.LivenessChecker(proc_root)
+    for inst in instances:
+        # Liveness matters here only for claims; skip the /proc reads for the rest.
+        inst["live"], inst["live_reason"] = checker.check(inst) if inst["device_path"] else (None, None)
     store = _store.load_store(store_path)
     quarantine = QuarantineView.from_store(store, threshold)
     vf_nodes = dict((vf["address"], _sysfs.vfio_nodes(sysfs_root, dev_root, vf["address"])) for vf in discovery.vfs)
@@ -190,23 +194,26 @@ class _Placement(object):
         current_type = vf["current_type"]
         if self.framework == _sysfs.FRAMEWORK_VENDOR_VFIO:
             current_type = int(current_type)
-        return {
+        view = {
             "address": address,
             "parent": vf["parent"],
             "current_type": current_type,
             "current_profile": current_profile,
             "creatable": None if vf.get("creatable") is None else [p["name"] for p in vf["creatable"]],
-            "creatable_error": vf.get("creatable_error"),
             "allocated": vf["allocated"],
             "dirty": vf["allocated"] and not claimants,
             "claimed_by": sorted(inst["id"] for inst in claimants),
             "quarantined": quarantined,
-            "quarantine_pending": address in self.quarantine.pending if self.quarantine.available else None,
             "failures": self.quarantine.failures.get(address, 0) if self.quarantine.available else None,
             "held_open": held,
-            "held_open_error": held_error,
             "allocatable": bool(quarantined is False and not vf["allocated"]),
         }
+        # Error keys only where something went wrong: the list is long on big hosts.
+        if vf.get("creatable_error"):
+            view["creatable_error"] = vf["creatable_error"]
+        if held_error:
+            view["held_open_error"] = held_error
+        return view
 
     # -- slots and profiles (reference §2.3) -----------------------------------------------
     def _slots(self, vf_views):
@@ -306,22 +313,27 @@ class _Placement(object):
             for inst in self.claims.get(vf, []):
                 if inst.get("live") is not False:
                     live.append(inst["id"])
-        blockers = []
-        for view in views:
-            if view["allocated"]:
-                blockers.append("VF %s is allocated (current type %s)" % (view["address"], view["current_type"]))
-            if view["claimed_by"]:
-                blockers.append("VF %s is claimed by %s" % (view["address"], ", ".join(view["claimed_by"])))
-            if view["held_open"]:
-                blockers.append("VF %s is held open" % view["address"])
-            elif view["held_open"] is None:
-                blockers.append("VF %s: open handles unknown (%s)" % (view["address"], view["held_open_error"]))
-        for address in unreadable_vfs:
-            blockers.append("VF %s is unreadable" % address)
+        # One line per reason, listing the VFs: readable for an operator, small for a fleet.
+        allocated_vfs = [v["address"] for v in views if v["allocated"]]
+        claims = ["%s (%s)" % (v["address"], ", ".join(v["claimed_by"])) for v in views if v["claimed_by"]]
+        held = [v["address"] for v in views if v["held_open"]]
+        handles_unknown = [v for v in views if v["held_open"] is None]
         virtfns = set(v["address"] for v in parent.get("virtfns", []))
-        for address, claimants in sorted(self.claims.items()):
-            if address not in self.vf_by_addr and address in virtfns:
-                blockers.append("VF %s is claimed by %s" % (address, ", ".join(sorted(i["id"] for i in claimants))))
+        claims.extend("%s (%s)" % (address, ", ".join(sorted(i["id"] for i in claimants)))
+                      for address, claimants in sorted(self.claims.items())
+                      if address not in self.vf_by_addr and address in virtfns)
+        blockers = []
+        if allocated_vfs:
+            blockers.append("allocated VFs: %s" % ", ".join(allocated_vfs))
+        if claims:
+            blockers.append("claimed VFs: %s" % ", ".join(claims))
+        if held:
+            blockers.append("VFs held open: %s" % ", ".join(held))
+        if handles_unknown:
+            blockers.append("open handles unknown for VFs %s: %s" % (", ".join(v["address"] for v in handles_unknown),
+                                                                  handles_unknown[0]["held_open_error"]))
+        if unreadable_vfs:
+            blockers.append("unreadable VFs: %s" % ", ".join(unreadable_vfs))
         if self.unreadable_metadata:
             blockers.append("%d instance metadata file(s) unreadable; any of them may claim a VF of this card"
                             % len(self.unreadable_metadata))

@@ -1,0 +1,220 @@
+# -*- coding: utf-8 -*-
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""_hypeman: instance metadata and liveness as hypeman decides it; _api: the API client."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import pytest
+
+from ansible_collections.hypeman.vgpu.plugins.module_utils import _api, _hypeman
+from ansible_collections.hypeman.vgpu.plugins.module_utils._errors import VgpuError
+from ansible_collections.hypeman.vgpu.tests.sim.hosttree import HostTree
+from ansible_collections.hypeman.vgpu.tests.unit.plugins.module_utils.api_stub import ApiStub, closed_port_url
+
+
+@pytest.fixture
+def tree(tmp_path):
+    tree = HostTree(tmp_path)
+    tree.add_card("L40S", "0000:82:00.0", numvfs=8)
+    return tree
+
+
+def _by_id(instances):
+    return dict((inst["id"], inst) for inst in instances)
+
+
+def _write_meta(tree, instance_id, text):
+    path = os.path.join(tree.data_dir, "guests", instance_id, "metadata.json")
+    if not os.path.isdir(os.path.dirname(path)):
+        os.makedirs(os.path.dirname(path))
+    with open(path, "w") as handle:
+        handle.write(text)
+    return path
+
+
+# -- layout and metadata ------------------------------------------------------------------
+
+
+def test_layout_helpers():
+    assert _hypeman.instance_log_dir("/var/lib/hypeman", "abc") == "/var/lib/hypeman/guests/abc/logs"
+    assert _hypeman.instance_dir("/d", "abc") == "/d/guests/abc"
+
+
+def test_both_builds(tree):
+    vfs = tree.cards["0000:82:00.0"].vfs
+    tree.add_instance("claim", vf=vfs[0], profile="NVIDIA L40S-2Q", claimed_at="2026-08-31T12:00:00.5Z")
+    tree.add_instance("assign", vf=vfs[1], profile="NVIDIA L40S-2Q", build="assigned",
+                      claimed_at="2026-08-31T14:00:00.123456700+02:00", retained_for_cleanup=True)
+    tree.add_instance("plain", liveness="stopped")
+    instances, unreadable = _hypeman.list_instances(tree.data_dir)
+    assert unreadable == []
+    got = _by_id(instances)
+    claim, assign, plain = got["claim"], got["assign"], got["plain"]
+    assert claim["claim_field"] == "GPUClaimedAt" and claim["assigned_at"] == "2026-08-31T12:00:00.5Z"
+    assert claim["vf_address"] == vfs[0] and claim["framework"] == "vendor-vfio"
+    assert claim["device_path"] == "/sys/bus/pci/devices/%s" % vfs[0]
+    assert claim["retained_for_cleanup"] is False
+    # The claim time is rendered in UTC with Go's trimmed nanoseconds, as hypeman writes assigned_at.
+    assert assign["claim_field"] == "GPUAssignedAt" and assign["assigned_at"] == "2026-08-31T12:00:00.1234567Z"
+    assert assign["retained_for_cleanup"] is True
+    assert plain["device_path"] is None and plain["vf_address"] is None and plain["assigned_at"] is None
+    assert plain["claim_field"] == "GPUClaimedAt"  # the key is written even when null
+    assert "live" not in claim  # no proc_root, no liveness
+    assert claim["metadata_path"] == os.path.join(tree.data_dir, "guests", "claim", "metadata.json")
+    assert claim["dir"] == os.path.join(tree.data_dir, "guests", "claim")
+    assert claim["socket_path"] == os.path.join(tree.data_dir, "guests", "claim", "qemu.sock")
+
+
+def test_vf_address_is_normalised_and_mdev_paths_are_not_vfs(tree):
+    tree.add_instance("upper", liveness="stopped", extra={"GPUDevicePath": "/sys/bus/pci/devices/0000:E3:00.4",
+                                                          "GPUFramework": "vendor-vfio"})
+    tree.add_instance("mdev", liveness="stopped", extra={
+        "GPUDevicePath": "/sys/bus/mdev/devices/6d646576-0000-4000-8000-000000000001",
+        "GPUMdevUUID": "6d646576-0000-4000-8000-000000000001", "GPUFramework": "mdev"})
+    got = _by_id(_hypeman.list_instances(tree.data_dir)[0])
+    assert got["upper"]["vf_address"] == "0000:e3:00.4"
+    assert got["mdev"]["vf_address"] is None
+    assert got["mdev"]["mdev_uuid"] == "6d646576-0000-4000-8000-000000000001"
+
+
+@pytest.mark.parametrize("text, error", [
+    ("{not json", "unmarshal metadata:"),
+    ("[1, 2]", "metadata is not a JSON object"),
+    ('{"Id": "x", "HypervisorPID": "41235"}', "HypervisorPID: cannot unmarshal str"),
+    ('{"Id": "x", "HypervisorPID": 1.5}', "HypervisorPID: cannot unmarshal float"),
+    ('{"Id": "x", "HypervisorStartTime": -1}', "HypervisorStartTime: cannot unmarshal negative"),
+    ('{"Id": "x", "GPUDevicePath": 7}', "GPUDevicePath: cannot unmarshal int"),
+    ('{"Id": "x", "GPUClaimedAt": "yesterday"}', 'parsing time "yesterday"'),
+    ('{"Id": "x", "GPURetainedForCleanup": "yes"}', "GPURetainedForCleanup"),
+    ('{"Id": "x", "HypervisorPID": NaN}', "invalid JSON value NaN"),
+])
+def test_metadata_hypeman_cannot_load_is_reported(tree, text, error):
+    path = _write_meta(tree, "bad", text)
+    instances, unreadable = _hypeman.list_instances(tree.data_dir)
+    assert instances == []
+    assert len(unreadable) == 1
+    assert unreadable[0]["instance_id"] == "bad" and unreadable[0]["path"] == path
+    assert error in unreadable[0]["error"]
+
+
+def test_unreadable_metadata_file(tree):
+    tree.add_instance("ok", liveness="stopped")
+    os.makedirs(os.path.join(tree.data_dir, "guests", "dir", "metadata.json"))
+    instances, unreadable = _hypeman.list_instances(tree.data_dir)
+    assert [i["id"] for i in instances] == ["ok"]
+    assert unreadable[0]["instance_id"] == "dir" and "read metadata: Is a directory" in unreadable[0]["error"]
+
+
+def test_non_instances_are_skipped_like_hypeman(tree):
+    os.makedirs(os.path.join(tree.data_dir, "guests", "half-created"))  # no metadata.json yet
+    with open(os.path.join(tree.data_dir, "guests", "stray-file"), "w") as handle:
+        handle.write("{}")
+    assert _hypeman.list_instances(tree.data_dir) == ([], [])
+
+
+def test_missing_and_unreadable_guests_dir(tmp_path):
+    assert _hypeman.list_instances(str(tmp_path / "nowhere")) == ([], [])
+    data_dir = tmp_path / "data"
+    data_dir.mkdir()
+    (data_dir / "guests").write_text("not a directory")
+    with pytest.raises(VgpuError) as err:
+        _hypeman.list_instances(str(data_dir))
+    assert "read guests directory %s" % (data_dir / "guests") in err.value.msg
+
+
+# -- liveness (hypeman's resolveLiveHypervisorPID) ----------------------------------------
+
+
+@pytest.mark.parametrize("liveness, live, reason", [
+    ("running", True, "boot id and start time match"),
+    ("running-legacy", True, "owns the control socket"),
+    ("stopped", False, "has no listener"),
+    ("crashed", False, "is gone or a zombie"),
+    ("pid-reused", False, "was reused (start time differs)"),
+    ("previous-boot", False, "is from a previous boot"),
+    ("zombie", False, "is gone or a zombie"),
+    ("ambiguous", None, "multiple owning processes found"),
+])
+def test_liveness(tree, liveness, live, reason):
+    tree.add_instance("i", vf="0000:82:00.0@0", profile="NVIDIA L40S-2Q", liveness=liveness)
+    inst = _hypeman.list_instances(tree.data_dir, tree.proc_root)[0][0]
+    assert inst["live"] is live
+    assert reason in inst["live_reason"]
+    if live is None:
+        assert "hypeman counts it as live" in inst["live_reason"]
+
+
+def test_unreadable_net_unix_is_ambiguous(tree):
+    tree.add_instance("i", liveness="stopped")
+    tree.break_path(os.path.relpath(os.path.join(tree.proc_root, "net", "unix"), tree.root), "eisdir")
+    inst = _hypeman.list_instances(tree.data_dir, tree.proc_root)[0][0]
+    assert inst["live"] is None and "open /proc/net/unix" in inst["live_reason"]
+
+
+def test_unreadable_process_fds_make_socket_ownership_ambiguous(tree):
+    tree.add_instance("i", liveness="running-legacy")
+    owner = tree.instances["i"]["proc_pid"]
+    # The only owner's fd table cannot be read (not "gone"): the scan cannot prove anything.
+    tree.break_path(os.path.relpath(os.path.join(tree.proc_root, str(owner), "fd"), tree.root), "garbage")
+    meta_path = os.path.join(tree.data_dir, "guests", "i", "metadata.json")
+    meta = json.load(open(meta_path))
+    meta["HypervisorPID"] = None
+    _write_meta(tree, "i", json.dumps(meta))
+    inst = _hypeman.list_instances(tree.data_dir, tree.proc_root)[0][0]
+    assert inst["live"] is None and "inspect process fds" in inst["live_reason"]
+
+
+def test_live_pid_without_socket_path_is_ambiguous(tree):
+    tree.add_instance("i", liveness="running-legacy", extra={"SocketPath": ""})
+    inst = _hypeman.list_instances(tree.data_dir, tree.proc_root)[0][0]
+    assert inst["live"] is None and "without a socket path" in inst["live_reason"]
+
+
+def test_other_boot_id_file_makes_every_recorded_pid_stale(tmp_path):
+    tree = HostTree(tmp_path, boot_id="11111111-2222-3333-4444-555555555555")
+    tree.add_card("L40S", "0000:82:00.0", numvfs=1)
+    tree.add_instance("i", vf="0000:82:00.0@0", profile="NVIDIA L40S-2Q")
+    with open(os.path.join(tree.proc_root, "sys", "kernel", "random", "boot_id"), "w") as handle:
+        handle.write("99999999-2222-3333-4444-555555555555\n")
+    inst = _hypeman.list_instances(tree.data_dir, tree.proc_root)[0][0]
+    # Still live: the process owns the control socket (hypeman falls back to socket ownership).
+    assert inst["live"] is True and "owns the control socket" in inst["live_reason"]
+
+
+# -- API client ------------------------------------------------------------------------------
+
+
+def test_api_get_sends_bearer_token_and_decodes_json():
+    with ApiStub({"/resources": (200, {"gpu": {"mode": "vgpu"}})}, token="s3cret") as api:
+        answer = _api.api_get(api.url + "/", "/resources", token="s3cret", timeout=5)
+    assert answer == {"url": api.url + "/resources", "reachable": True, "status": 200, "error": None,
+                      "data": {"gpu": {"mode": "vgpu"}}}
+    assert api.requests == [("/resources", "Bearer s3cret")]
+
+
+def test_api_get_401_names_the_token_without_leaking_it():
+    with ApiStub({"/resources": (200, {})}, token="right") as api:
+        answer = _api.api_get(api.url, "/resources", token="wrong-token", timeout=5)
+    assert answer["reachable"] is True and answer["status"] == 401
+    assert "HTTP 401" in answer["error"] and "check api_token" in answer["error"]
+    assert "wrong-token" not in json.dumps(answer)
+
+
+def test_api_get_down_slow_and_not_json():
+    down = _api.api_get(closed_port_url(), "/resources", timeout=2)
+    assert down["reachable"] is False and "Connection refused" in down["error"]
+    with ApiStub({"/resources": (200, {})}, delay=1.0) as api:
+        slow = _api.api_get(api.url, "/resources", timeout=0.2)
+    assert slow["reachable"] is False and "no answer within 0.2 seconds" in slow["error"]
+    with ApiStub({"/resources": (200, "<html>gateway</html>")}) as api:
+        html = _api.api_get(api.url, "/resources", timeout=5)
+    assert html["reachable"] is True and "response is not JSON" in html["error"] and html["data"] is None
+
+
+def test_api_instances_shapes():
+    assert _api.api_instances([{"id": "a"}]) == [{"id": "a"}]
+    assert _api.api_instances({"instances": [{"id": "a"}]}) == [{"id": "a"}]
+    assert _api.api_instances({"gpu": None}) is None
