@@ -330,8 +330,8 @@ class _Placement(object):
         if held:
             blockers.append("VFs held open: %s" % ", ".join(held))
         if handles_unknown:
-            blockers.append("open handles unknown for VFs %s: %s" % (", ".join(v["address"] for v in handles_unknown),
-                                                                  handles_unknown[0]["held_open_error"]))
+            blockers.append("open handles unknown for VFs %s: %s"
+                            % (", ".join(v["address"] for v in handles_unknown), handles_unknown[0]["held_open_error"]))
         if unreadable_vfs:
             blockers.append("unreadable VFs: %s" % ", ".join(unreadable_vfs))
         if self.unreadable_metadata:

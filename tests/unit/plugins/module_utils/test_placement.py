@@ -206,8 +206,8 @@ def test_open_handle_scan_failure_is_unknown_not_free(tree):
     assert all(v["held_open"] is None and v["held_open_error"] == result["held_open_error"] for v in result["vfs"])
     card_view = gpu(result, card.address)
     assert card_view["held_open"] is None and card_view["idle"] is False
-    assert card_view["idle_blockers"] == ["open handles unknown for VFs %s: %s" % (", ".join(card.vfs),
-                                                                                  result["held_open_error"])]
+    expected = "open handles unknown for VFs %s: %s" % (", ".join(card.vfs), result["held_open_error"])
+    assert card_view["idle_blockers"] == [expected]
 
 
 def test_a_dirty_vf_held_open_without_claim(tree):
