@@ -6,21 +6,14 @@ from __future__ import annotations
 
 
 class ModuleDocFragment:
-    """Host-path options shared by every module that reads a hypeman host.
+    """Host-path and API options shared by every module of the action group.
 
-    Each option group is its own fragment so a module documents only the
-    paths it really reads (C(hypeman.vgpu.host_paths.data_dir) and so on).
+    One fragment with every option: Ansible passes every group/hypeman.vgpu.host
+    module default to every module of the group, so each module must accept
+    them all (it ignores the paths it does not read).
     """
 
     DOCUMENTATION = r"""
-options: {}
-notes:
-  - Every path option defaults to the real location on a hypeman host. Tests and the
-    simulated host point them at a fake tree. Set them once per play with
-    C(module_defaults) for the action group C(group/hypeman.vgpu.host).
-"""
-
-    DATA_DIR = r"""
 options:
   data_dir:
     description:
@@ -33,57 +26,33 @@ options:
     description:
       - Full path of the VF health store, overriding the one derived from O(data_dir).
     type: path
-"""
-
-    SYSFS_ROOT = r"""
-options:
   sysfs_root:
     description:
       - Root of the sysfs tree; C(<sysfs_root>/bus/pci/devices) must exist on a real host.
     type: path
     default: /sys
-"""
-
-    PROC_ROOT = r"""
-options:
   proc_root:
     description:
       - Root of the proc filesystem, read for process liveness and open file descriptors.
     type: path
     default: /proc
-"""
-
-    DEV_ROOT = r"""
-options:
   dev_root:
     description:
       - Root of the device node tree (C(nvidia*), C(vfio/*)).
     type: path
     default: /dev
-"""
-
-    STATE_DIR = r"""
-options:
   state_dir:
     description:
       - This collection's own state directory on the managed host (ledger, sentinel
         cursors, recovery markers). Never inside hypeman's data directory.
     type: path
     default: /var/lib/hypeman-vgpu
-"""
-
-    CONFIG_PATH = r"""
-options:
   config_path:
     description:
       - hypeman's YAML configuration file, read for C(gpu.vf_quarantine_threshold).
       - A missing file or a missing key means hypeman's default threshold, 2.
     type: path
     default: /etc/hypeman/config.yaml
-"""
-
-    API = r"""
-options:
   api_url:
     description:
       - Base URL of hypeman's API, for example V(http://127.0.0.1:8080).
@@ -98,9 +67,15 @@ options:
       - Verify the API's TLS certificate when O(api_url) is HTTPS.
     type: bool
     default: true
-  timeout:
+  api_timeout:
     description:
       - Seconds to wait for each API request.
     type: float
     default: 10
+notes:
+  - Every path option defaults to the real location on a hypeman host. Tests and the
+    simulated host point them at a fake tree.
+  - Every module of the action group C(group/hypeman.vgpu.host) accepts every host-path
+    and API option, so one C(module_defaults) block sets them for a whole play; a module
+    ignores the ones it does not read.
 """

@@ -24,15 +24,20 @@ HOST_PATH_SPECS = {
     "api": {"api_url": dict(type="str"),
             "api_token": dict(type="str", no_log=True),
             "validate_certs": dict(type="bool", default=True),
-            "timeout": dict(type="float", default=10)},
+            "api_timeout": dict(type="float", default=10)},
 }
 
 
-def host_path_spec(*groups, **extra):
-    """Argument spec with the named host-path groups plus module options."""
+def host_path_spec(**extra):
+    """Argument spec with every host-path and API option plus module options.
+
+    module_defaults for group/hypeman.vgpu.host hands every default to every
+    module of the group, so each module accepts them all and ignores the
+    paths it does not read.
+    """
     spec = {}
-    for group in groups:
-        spec.update({k: dict(v) for k, v in HOST_PATH_SPECS[group].items()})
+    for group in HOST_PATH_SPECS.values():
+        spec.update({k: dict(v) for k, v in group.items()})
     spec.update(extra)
     return spec
 

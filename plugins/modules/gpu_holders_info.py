@@ -25,13 +25,6 @@ description:
     module, because a partial scan could wrongly say nothing holds the card.
 extends_documentation_fragment:
   - hypeman.vgpu.host_paths
-  - hypeman.vgpu.host_paths.data_dir
-  - hypeman.vgpu.host_paths.sysfs_root
-  - hypeman.vgpu.host_paths.proc_root
-  - hypeman.vgpu.host_paths.dev_root
-  - hypeman.vgpu.host_paths.state_dir
-  - hypeman.vgpu.host_paths.config_path
-  - hypeman.vgpu.host_paths.api
   - hypeman.vgpu.attributes
   - hypeman.vgpu.attributes.info_module
 options:
@@ -173,10 +166,9 @@ def _body(module):
 
 def main():
     module = AnsibleModule(
-        argument_spec=host_path_spec("data_dir", "sysfs_root", "proc_root", "dev_root", "state_dir",
-                                     "config_path", "api",
-                                     parent_gpu=dict(type="str"),
-                                     include_shared=dict(type="bool", default=True)),
+        argument_spec=host_path_spec(
+            parent_gpu=dict(type="str"),
+            include_shared=dict(type="bool", default=True)),
         supports_check_mode=True,
     )
     run_module(module, _body)

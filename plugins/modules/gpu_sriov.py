@@ -39,9 +39,6 @@ description:
     an instance.
 extends_documentation_fragment:
   - hypeman.vgpu.host_paths
-  - hypeman.vgpu.host_paths.sysfs_root
-  - hypeman.vgpu.host_paths.proc_root
-  - hypeman.vgpu.host_paths.dev_root
   - hypeman.vgpu.attributes
   - hypeman.vgpu.attributes.state_module
 attributes:
@@ -81,11 +78,6 @@ options:
         half-finished run can leave the card unbound from its driver.
     type: path
     default: /usr/lib/nvidia/sriov-manage
-  data_dir:
-    description:
-      - hypeman's data directory. Instance metadata under C(<data_dir>/guests/) is read for VF claims.
-    type: path
-    default: /var/lib/hypeman
   allowed_gpus:
     description:
       - Parent GPU addresses this run may act on. When given, any other O(pci_address) is refused, in every
@@ -813,11 +805,9 @@ def body(module):
 def main():
     module = AnsibleModule(
         argument_spec=host_path_spec(
-            "sysfs_root", "proc_root", "dev_root",
             pci_address=dict(type="str", required=True),
             state=dict(type="str", default="enabled", choices=["enabled", "disabled", "cycled"]),
             sriov_manage=dict(type="path", default="/usr/lib/nvidia/sriov-manage"),
-            data_dir=dict(type="path", default="/var/lib/hypeman"),
             allowed_gpus=dict(type="list", elements="str"),
             force=dict(type="bool", default=False),
             retries=dict(type="int", default=2),

@@ -29,13 +29,6 @@ description:
     stopped, or restart it right after the edit; the module warns when a hypeman process is running.
 extends_documentation_fragment:
   - hypeman.vgpu.host_paths
-  - hypeman.vgpu.host_paths.data_dir
-  - hypeman.vgpu.host_paths.sysfs_root
-  - hypeman.vgpu.host_paths.proc_root
-  - hypeman.vgpu.host_paths.dev_root
-  - hypeman.vgpu.host_paths.state_dir
-  - hypeman.vgpu.host_paths.config_path
-  - hypeman.vgpu.host_paths.api
   - hypeman.vgpu.attributes
   - hypeman.vgpu.attributes.state_module
 options:
@@ -550,7 +543,6 @@ def body(module):
 def main():
     module = AnsibleModule(
         argument_spec=host_path_spec(
-            "data_dir", "sysfs_root", "proc_root", "dev_root", "state_dir", "config_path", "api",
             state=dict(type="str", required=True, choices=["failed", "succeeded", "quarantined", "absent",
                                                            "repaired"]),
             vf_addresses=dict(type="list", elements="str", aliases=["vf_address"]),

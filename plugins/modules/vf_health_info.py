@@ -20,13 +20,6 @@ description:
   - Never writes anything.
 extends_documentation_fragment:
   - hypeman.vgpu.host_paths
-  - hypeman.vgpu.host_paths.data_dir
-  - hypeman.vgpu.host_paths.sysfs_root
-  - hypeman.vgpu.host_paths.proc_root
-  - hypeman.vgpu.host_paths.dev_root
-  - hypeman.vgpu.host_paths.state_dir
-  - hypeman.vgpu.host_paths.config_path
-  - hypeman.vgpu.host_paths.api
   - hypeman.vgpu.attributes
   - hypeman.vgpu.attributes.info_module
 options:
@@ -220,7 +213,6 @@ def body(module):
 def main():
     module = AnsibleModule(
         argument_spec=host_path_spec(
-            "data_dir", "sysfs_root", "proc_root", "dev_root", "state_dir", "config_path", "api",
             threshold=dict(type="int"),
             ledger_entries=dict(type="int", default=20),
         ),

@@ -24,13 +24,6 @@ description:
   - With O(api_url) the instance list of hypeman's C(GET /instances) is compared with the files.
 extends_documentation_fragment:
   - hypeman.vgpu.host_paths
-  - hypeman.vgpu.host_paths.data_dir
-  - hypeman.vgpu.host_paths.sysfs_root
-  - hypeman.vgpu.host_paths.proc_root
-  - hypeman.vgpu.host_paths.dev_root
-  - hypeman.vgpu.host_paths.state_dir
-  - hypeman.vgpu.host_paths.config_path
-  - hypeman.vgpu.host_paths.api
   - hypeman.vgpu.attributes
   - hypeman.vgpu.attributes.info_module
 options:
@@ -260,7 +253,7 @@ def _body(module):
     views = [_view(inst, params["sysfs_root"]) for inst in instances]
     if params["api_url"]:
         answer = _hypeman.api_get(params["api_url"], "/instances", params["api_token"],
-                                  params["validate_certs"], params["timeout"])
+                                  params["validate_certs"], params["api_timeout"])
         api = {"url": answer["url"], "reachable": answer["reachable"], "status": answer["status"],
                "error": answer["error"], "count": None, "mismatches": [], "missing_fields": []}
         if answer["error"] is None:
@@ -284,7 +277,6 @@ def _body(module):
 def main():
     module = AnsibleModule(
         argument_spec=host_path_spec(
-            "data_dir", "sysfs_root", "proc_root", "dev_root", "state_dir", "config_path", "api",
             parent_gpu=dict(type="str"),
             vgpu_only=dict(type="bool", default=False),
         ),

@@ -36,13 +36,6 @@ description:
     the PCI device list, the guests directory or the config file cannot be read.
 extends_documentation_fragment:
   - hypeman.vgpu.host_paths
-  - hypeman.vgpu.host_paths.data_dir
-  - hypeman.vgpu.host_paths.sysfs_root
-  - hypeman.vgpu.host_paths.proc_root
-  - hypeman.vgpu.host_paths.dev_root
-  - hypeman.vgpu.host_paths.state_dir
-  - hypeman.vgpu.host_paths.config_path
-  - hypeman.vgpu.host_paths.api
   - hypeman.vgpu.attributes
   - hypeman.vgpu.attributes.info_module
 options:
@@ -469,7 +462,7 @@ def _body(module):
                                      ", ".join(e["path"] for e in result["unreadable_metadata"])))
     if params["api_url"]:
         answer = _hypeman.api_get(params["api_url"], "/resources", params["api_token"],
-                                  params["validate_certs"], params["timeout"])
+                                  params["validate_certs"], params["api_timeout"])
         api = {"url": answer["url"], "reachable": answer["reachable"], "status": answer["status"],
                "error": answer["error"], "gpu": None, "mismatches": [], "missing_fields": []}
         data = answer["data"]
@@ -490,9 +483,8 @@ def _body(module):
 
 def main():
     module = AnsibleModule(
-        argument_spec=host_path_spec("data_dir", "sysfs_root", "proc_root", "dev_root", "state_dir",
-                                     "config_path", "api",
-                                     profile=dict(type="str")),
+        argument_spec=host_path_spec(
+            profile=dict(type="str")),
         supports_check_mode=True,
     )
     run_module(module, _body)

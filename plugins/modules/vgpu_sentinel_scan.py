@@ -41,9 +41,6 @@ description:
   - See C(docs/sentinel.md) in the collection for what this scan can and cannot prove.
 extends_documentation_fragment:
   - hypeman.vgpu.host_paths
-  - hypeman.vgpu.host_paths.data_dir
-  - hypeman.vgpu.host_paths.state_dir
-  - hypeman.vgpu.host_paths.config_path
   - hypeman.vgpu.attributes
   - hypeman.vgpu.attributes.state_module
 options:
@@ -334,7 +331,6 @@ def _body(module):
 def main():
     module = AnsibleModule(
         argument_spec=host_path_spec(
-            "data_dir", "state_dir", "config_path",
             record=dict(type="bool", default=False),
             threshold=dict(type="int"),
             instances=dict(type="list", elements="str"),

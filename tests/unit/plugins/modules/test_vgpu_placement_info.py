@@ -120,12 +120,12 @@ def test_api_without_newer_fields(tree, capsys):
 @pytest.mark.parametrize("case", ["down", "401", "slow", "not-json"])
 def test_api_faults_are_reported_not_fatal(tree, capsys, case):
     if case == "down":
-        result = run(tree, capsys, api_url=closed_port_url(), api_token="tok-placement-1", timeout=2)
+        result = run(tree, capsys, api_url=closed_port_url(), api_token="tok-placement-1", api_timeout=2)
         expected = "Connection refused"
     else:
         routes = {"/resources": (200, "<html/>" if case == "not-json" else {"gpu": None})}
         with ApiStub(routes, token="tok-right-1" if case == "401" else None, delay=1.0 if case == "slow" else 0) as api:
-            result = run(tree, capsys, api_url=api.url, api_token="tok-wrong-1", timeout=0.2 if case == "slow" else 5)
+            result = run(tree, capsys, api_url=api.url, api_token="tok-wrong-1", api_timeout=0.2 if case == "slow" else 5)
         expected = {"401": "HTTP 401", "slow": "no answer within 0.2 seconds", "not-json": "not JSON"}[case]
     assert "failed" not in result
     assert expected in result["api"]["error"] and result["api"]["mismatches"] == []
