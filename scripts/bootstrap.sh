@@ -33,7 +33,10 @@ make_venv() { # dir python requirements
   rm -rf "$dir"
   "$python" -m venv "$dir"
   "$dir/bin/python" -m pip install -q --disable-pip-version-check -r "$req"
-  sha256sum "$req" > "$stamp"
+  # requirements files may include others (-r): stamp them all.
+  local included
+  mapfile -t included < <(sed -n 's/^-r[[:space:]]*//p' "$req")
+  sha256sum "$req" "${included[@]}" > "$stamp"
 }
 
 python311=$(command -v python3.11 || command -v python3)
@@ -64,4 +67,6 @@ done
 # --- collection layout -----------------------------------------------------------
 mkdir -p .collections/ansible_collections/hypeman
 ln -sfn ../../.. .collections/ansible_collections/hypeman/vgpu
+# --- molecule, podman, the simulated-host tooling and extra collections ----------------
+bash scripts/bootstrap_molecule.sh
 log "ready: $repo/.collections/ansible_collections/hypeman/vgpu"

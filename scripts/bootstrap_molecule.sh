@@ -15,7 +15,7 @@ cd "$(dirname "$0")/.."
 log() { printf '[bootstrap-molecule] %s\n' "$*"; }
 cache=${VGPU_SIM_CACHE:-/var/cache/hypeman-vgpu-sim}
 ansible_wheel_version=12.3.0
-collections=(containers/podman ansible/posix)
+collections=(containers/podman ansible/posix awx/awx)
 
 apt_packages=(debootstrap podman runc containernetworking-plugins uidmap systemd-container iproute2 psmisc)
 missing=()
@@ -41,7 +41,9 @@ if ! { [ -x "$venv/bin/molecule" ] && [ -f "$stamp" ] && sha256sum --status -c "
 fi
 
 coll_dir="$cache/collections-ansible-$ansible_wheel_version"
-if [ ! -f "$coll_dir/.complete" ]; then
+# The marker names the collection list, so adding one re-extracts the cache.
+marker="$coll_dir/.complete-$(printf '%s ' "${collections[@]}" | sha256sum | cut -c1-12)"
+if [ ! -f "$marker" ]; then
   log "collections: ${collections[*]} from the ansible $ansible_wheel_version wheel"
   dl=$(mktemp -d)
   trap 'rm -rf "$dl"' EXIT
@@ -59,6 +61,6 @@ with zipfile.ZipFile(wheel) as zf:
     zf.extractall(dest, names)
 print("%d files" % len(names))
 PY
-  touch "$coll_dir/.complete"
+  touch "$marker"
 fi
 log "ready: $venv, collections in $coll_dir"

@@ -6,7 +6,9 @@ set -uo pipefail
 cd "$(dirname "$0")/.." || exit 2
 repo=$(pwd)
 coll="$repo/.collections/ansible_collections/hypeman/vgpu"
-export ANSIBLE_COLLECTIONS_PATH="$repo/.collections"
+# Collections Galaxy cannot serve here (awx.awx, containers.podman) come from
+# the cache scripts/bootstrap_molecule.sh fills from the ansible wheel.
+export ANSIBLE_COLLECTIONS_PATH="$repo/.collections:${VGPU_SIM_CACHE:-/var/cache/hypeman-vgpu-sim}/collections-ansible-12.3.0"
 export ANSIBLE_NOCOLOR=1 ANSIBLE_FORCE_COLOR=0 PY_COLORS=0
 
 passed=0 failed=0 skipped=0

@@ -1,0 +1,147 @@
+# -*- coding: utf-8 -*-
+# Copyright: hypeman.vgpu contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""Fleet audit benchmark: audit wall time per host against one ping task per host.
+
+Builds a simulated fleet (local connection; every host its own tree of two
+A100 cards x 16 VFs with running instances, some quarantines and some sentinel
+findings, from tests/integration/targets/fleet_audit/fleet_fixture.py), then,
+for a small and a large fleet, runs in this process:
+
+- baseline: a playbook with one ``ansible.builtin.ping`` task per host;
+- audit: ``hypeman.vgpu.audit`` (per-host audit plus the fleet report).
+
+It prints seconds per host, the ratio audit/ping per host (goal: at most 3)
+and how the audit's time grows from the small to the large fleet (linear
+growth keeps the per-host time flat). Not a test: nothing here asserts on time.
+
+    python bench/fleet.py [--hosts 200] [--small 50] [--forks 2] [--repeat 1]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(REPO, "tests", "integration", "targets", "fleet_audit"))
+
+import fleet_fixture  # noqa: E402  pylint: disable=wrong-import-position
+
+PING_PLAYBOOK = """---
+- name: Baseline - one ping per host
+  hosts: all
+  gather_facts: false
+  tasks:
+    - name: Ping
+      ansible.builtin.ping:
+"""
+
+
+def ansible_env(forks):
+    env = dict(os.environ)
+    env.setdefault("ANSIBLE_COLLECTIONS_PATH", os.path.join(REPO, ".collections"))
+    env.update({"ANSIBLE_FORKS": str(forks), "ANSIBLE_NOCOLOR": "1", "ANSIBLE_HOST_KEY_CHECKING": "False",
+                "ANSIBLE_DEPRECATION_WARNINGS": "False", "ANSIBLE_LOCALHOST_WARNING": "False"})
+    return env
+
+
+def playbook_bin():
+    found = shutil.which("ansible-playbook", path=os.path.dirname(sys.executable) + os.pathsep
+                         + os.environ.get("PATH", ""))
+    if not found:
+        sys.exit("ansible-playbook not found next to %s or on PATH" % sys.executable)
+    return found
+
+
+def timed_run(argv, env, log):
+    start = time.monotonic()
+    with open(log, "w") as handle:
+        proc = subprocess.run(argv, env=env, stdout=handle, stderr=subprocess.STDOUT, check=False)
+    elapsed = time.monotonic() - start
+    if proc.returncode != 0:
+        sys.exit("%s failed (exit %d); see %s" % (" ".join(argv[:3]), proc.returncode, log))
+    return elapsed
+
+
+def subset_inventory(work, count):
+    with open(os.path.join(work, "inventory.json")) as handle:
+        inventory = json.load(handle)
+    # The first hosts in build order, so a subset keeps the fleet's mix of problems.
+    names = sorted(inventory["all"]["hosts"], key=lambda name: int(name.rsplit("-", 1)[1]))[:count]
+    inventory["all"]["hosts"] = dict((n, inventory["all"]["hosts"][n]) for n in names)
+    path = os.path.join(work, "inventory-%d.json" % count)
+    with open(path, "w") as handle:
+        json.dump(inventory, handle)
+    return path
+
+
+def measure(work, count, forks, repeat):
+    env = ansible_env(forks)
+    inventory = subset_inventory(work, count)
+    ping_yml = os.path.join(work, "ping.yml")
+    best = {}
+    # Ping and audit alternate, and the fastest of each counts, so both see the same machine load.
+    for attempt in range(repeat):
+        for name, argv in (
+                ("ping", [playbook_bin(), "-i", inventory, ping_yml]),
+                ("audit", [playbook_bin(), "-i", inventory, "hypeman.vgpu.audit",
+                           "-e", "audit_report_dir=%s" % os.path.join(work, "report-%d" % count)])):
+            elapsed = timed_run(argv, env, os.path.join(work, "%s-%d-%d.log" % (name, count, attempt)))
+            best[name] = min(best.get(name, elapsed), elapsed)
+    with open(os.path.join(work, "report-%d" % count, "fleet-audit.json")) as handle:
+        summary = json.load(handle)["summary"]
+    if summary["hosts_total"] != count or summary["hosts_failed"] or summary["hosts_unreachable"]:
+        sys.exit("the audit of %d hosts did not audit them all: %s" % (count, summary))
+    return best, summary
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--hosts", type=int, default=200)
+    parser.add_argument("--small", type=int, default=50)
+    parser.add_argument("--forks", type=int, default=2)
+    parser.add_argument("--repeat", type=int, default=2, help="runs per measurement; the fastest counts")
+    parser.add_argument("--keep", action="store_true", help="keep the work directory")
+    args = parser.parse_args(argv)
+    work = tempfile.mkdtemp(prefix="fleet-bench-")
+    try:
+        start = time.monotonic()
+        problems = [fleet_fixture.MIX[i % len(fleet_fixture.MIX)] for i in range(args.hosts)]
+        fleet_fixture.build_fleet(work, problems, python=sys.executable)
+        with open(os.path.join(work, "ping.yml"), "w") as handle:
+            handle.write(PING_PLAYBOOK)
+        print("fleet: %d hosts (2 cards x 16 VFs each; mix %s), built in %.1f s; forks=%d"
+              % (args.hosts, "/".join(sorted(set(fleet_fixture.MIX))), time.monotonic() - start, args.forks))
+        rows = {}
+        for count in (args.small, args.hosts):
+            rows[count], summary = measure(work, count, args.forks, args.repeat)
+            print("  %3d hosts: ping %6.1f s (%.3f s/host)   audit %6.1f s (%.3f s/host)   audit/ping %.2fx   "
+                  "[%d need action, %d quarantined VFs, %d sentinel verdicts]"
+                  % (count, rows[count]["ping"], rows[count]["ping"] / count, rows[count]["audit"],
+                     rows[count]["audit"] / count, rows[count]["audit"] / rows[count]["ping"],
+                     summary["hosts_needing_action"], summary["quarantined_vfs"], summary["sentinel_failed"]))
+        small, large = rows[args.small], rows[args.hosts]
+        ratio = (large["audit"] / args.hosts) / (large["ping"] / args.hosts)
+        growth = large["audit"] / small["audit"]
+        print("audit per host vs ping per host at %d hosts: %.2fx (goal <= 3x: %s)"
+              % (args.hosts, ratio, "met" if ratio <= 3 else "NOT met"))
+        print("growth %d -> %d hosts: audit x%.2f, ping x%.2f (hosts x%.2f; per-host audit time %.3f -> %.3f s)"
+              % (args.small, args.hosts, growth, large["ping"] / small["ping"], args.hosts / float(args.small),
+                 small["audit"] / args.small, large["audit"] / args.hosts))
+    finally:
+        if args.keep:
+            print("work directory kept: %s" % work)
+        else:
+            shutil.rmtree(work, ignore_errors=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,398 @@
+# -*- coding: utf-8 -*-
+# Copyright: hypeman.vgpu contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""One host's audit in one pass: store, placement, sentinel evidence, hypeman (stdlib only).
+
+Composes the other helpers; it never writes anything. The sentinel scan runs
+in its check mode (cursors read, never moved) so an audit leaves every file
+on the host as it was. Each section that cannot be read is reported in
+``errors`` and the rest of the audit still answers: a fleet audit must say
+what it knows about a half-broken host, not stop at the first unreadable file.
+"""
+
+from __future__ import annotations
+
+import os
+
+from ansible_collections.hypeman.vgpu.plugins.module_utils import (
+    _hypeman, _ledger, _placement, _proc, _sentinel, _store, _sysfs)
+from ansible_collections.hypeman.vgpu.plugins.module_utils._errors import VgpuError
+
+HYPEMAN_PROCESS_NAMES = ("hypeman-api", "hypeman")
+SEVERITIES = ("critical", "warning", "info")
+DEFAULT_DCGM_UNITS = ("nvidia-dcgm.service", "nvidia-dcgm-exporter.service")
+DEFAULT_UNIT_DIRS = ("/etc/systemd/system", "/run/systemd/system", "/usr/local/lib/systemd/system",
+                     "/usr/lib/systemd/system", "/lib/systemd/system")
+VFIO_MODULES = ("vfio", "vfio_pci", "vfio_iommu_type1")
+NVIDIA_VGPU_MODULES = ("nvidia", "nvidia_vgpu_vfio")
+IOMMU_ARGS = ("intel_iommu=on", "amd_iommu=on", "amd_iommu=force_isolation")
+
+
+class Paths(object):
+    """The host paths an audit reads."""
+
+    def __init__(self, data_dir, store_path, sysfs_root, proc_root, dev_root, state_dir, config_path):
+        self.data_dir = data_dir
+        self.store_path = store_path
+        self.sysfs_root = sysfs_root
+        self.proc_root = proc_root
+        self.dev_root = dev_root
+        self.state_dir = state_dir
+        self.config_path = config_path
+
+
+def _issue(severity, code, message, action=None, subject=None):
+    return {"severity": severity, "code": code, "message": message, "action": action, "subject": subject}
+
+
+# --- sections ---------------------------------------------------------------------------------
+
+
+def store_section(store, threshold, ledger, discovered):
+    """The store as the fleet report needs it (``discovered``: VF addresses sysfs shows, or None)."""
+    section = {
+        "path": store.path, "exists": store.exists, "format": store.format, "valid": store.valid,
+        "error": store.error, "symlink": store.is_symlink, "records": len(store.records),
+        "quarantined": store.quarantined(), "owned": None, "by_hypeman": None,
+        "would_quarantine": store.would_quarantine(threshold) if store.valid else [],
+        "below_threshold": {}, "stale_records": [],
+        "recoverable": [] if store.valid else sorted(_store.recover_records(store.raw)),
+    }
+    for vf in sorted(store.records):
+        count = len(store.records[vf].failures)
+        if store.records[vf].quarantined_at is None and 0 < count < threshold:
+            section["below_threshold"][vf] = count
+    if ledger is not None:
+        section["owned"] = _ledger.owned_quarantines(ledger, store)
+        section["by_hypeman"] = sorted(set(section["quarantined"]) - set(section["owned"]))
+    if discovered is not None:
+        section["stale_records"] = sorted(vf for vf in store.records if vf not in discovered)
+    return section
+
+
+_GPU_KEYS = ("address", "vf_total", "sriov_numvfs", "sriov_totalvfs", "quarantined", "allocatable", "allocated",
+             "claimed", "held_open", "overflow_only", "drained", "idle", "idle_blockers", "live_instances")
+
+
+def placement_section(view):
+    """The parts of ``_placement.host_view`` a fleet report shows (the full view is large)."""
+    return {
+        "framework": view["framework"],
+        "placement_disabled_reason": view["placement_disabled_reason"],
+        "threshold": view["threshold"],
+        "slots": dict(view["slots"]),
+        "pending_quarantine": list(view["pending_quarantine"]),
+        "gpus": [dict((key, gpu.get(key)) for key in _GPU_KEYS) for gpu in view["gpus"]],
+        "unreadable_vfs": [entry.get("address") for entry in view["unreadable_vfs"]],
+        "unreadable_metadata": [entry.get("path") for entry in view["unreadable_metadata"]],
+        "held_open_error": view["held_open_error"],
+    }
+
+
+def sentinel_section(data_dir, state_dir, store, threshold):
+    """Standing sentinel verdicts (read-only scan) and what reporting each would do to the store.
+
+    ``effect`` is the store outcome a report of the finding would have now
+    (``unchanged`` when the store already holds it); None when the store is
+    not valid (nothing can be reported to it until it is repaired).
+    """
+    instances, unreadable = _hypeman.list_instances(data_dir)
+    report = _sentinel.scan(instances, unreadable, lambda iid: _hypeman.instance_log_dir(data_dir, iid),
+                            state_dir, check_mode=True)
+    effects = {}
+    if store.valid:
+        for outcome in _sentinel.record_verdicts(store.copy(), report.findings, threshold):
+            effects[(outcome["instance_id"], outcome["vf_address"], outcome["assigned_at"])] = outcome["outcome"]
+    findings = []
+    for finding in report.findings:
+        key = (finding["instance_id"], finding["vf_address"], finding["assigned_at"])
+        findings.append({
+            "instance_id": finding["instance_id"], "vf_address": finding["vf_address"],
+            "assigned_at": finding["assigned_at"], "verdict": finding["verdict"], "ts": finding["ts"],
+            "nvrm": finding["nvrm"], "effect": effects.get(key) if store.valid else None,
+        })
+    findings.sort(key=lambda f: (f["vf_address"] or "", f["instance_id"]))
+    return {
+        "findings": findings,
+        "unreported": [f for f in findings if f["effect"] not in (None, "unchanged")],
+        "skipped_instances": report.skipped,
+        "unattributed": len(report.unattributed),
+        "history": len(report.history),
+        "warnings": list(report.warnings),
+    }
+
+
+def hypeman_section(proc_root):
+    try:
+        processes = _proc.find_processes(proc_root, HYPEMAN_PROCESS_NAMES)
+    except VgpuError as err:
+        return {"running": None, "pids": [], "error": err.msg}
+    return {"running": bool(processes), "pids": [p["pid"] for p in processes], "error": None}
+
+
+def api_section(view, api_url, api_token, validate_certs, timeout):
+    answer = _hypeman.api_get(api_url, "/resources", api_token, validate_certs, timeout)
+    section = {"url": answer["url"], "reachable": answer["reachable"], "status": answer["status"],
+               "error": answer["error"], "mismatches": [], "missing_fields": []}
+    data = answer["data"]
+    if answer["error"] is None:
+        if not isinstance(data, dict):
+            section["error"] = "GET %s: expected a JSON object, got %s" % (answer["url"], type(data).__name__)
+        elif "gpu" not in data:
+            section["missing_fields"] = ["gpu"]
+        elif view is not None:
+            section["mismatches"], section["missing_fields"] = _placement.compare_with_api(view, data["gpu"])
+    return section
+
+
+def capacity_section(placement):
+    """Slots lost to quarantine; every slot is lost while placement is disabled."""
+    slots = placement["slots"]
+    total = slots["total"]
+    lost = total if placement["placement_disabled_reason"] else slots["quarantined"]
+    return {"total_slots": total, "allocatable_slots": slots["allocatable"],
+            "quarantined_slots": slots["quarantined"], "lost_slots": lost,
+            "lost_pct": round(100.0 * lost / total, 2) if total else 0.0}
+
+
+def _read_text(path):
+    with open(path, "r", encoding="utf-8", errors="replace") as handle:
+        return handle.read()
+
+
+def _check(name, ok, detail, fix):
+    return {"name": name, "status": "pass" if ok else "fail", "detail": detail, "fix": None if ok else fix}
+
+
+def prerequisites(sysfs_root, proc_root, sriov_manage, dcgm_units=DEFAULT_DCGM_UNITS, unit_dirs=DEFAULT_UNIT_DIRS):
+    """What a vGPU host needs, each as ``{name, status: pass|fail, detail, fix}``."""
+    checks = []
+    try:
+        cmdline = _read_text(os.path.join(proc_root, "cmdline")).split()
+    except (IOError, OSError) as err:
+        cmdline, cmdline_error = [], "cannot read %s: %s" % (os.path.join(proc_root, "cmdline"), err.strerror or err)
+    else:
+        cmdline_error = None
+    groups_dir = os.path.join(sysfs_root, "kernel", "iommu_groups")
+    groups = os.listdir(groups_dir) if os.path.isdir(groups_dir) else []
+    on = [arg for arg in cmdline if arg in IOMMU_ARGS]
+    if on:
+        detail = "kernel command line has %s" % " ".join(on)
+    elif groups:
+        detail = "no IOMMU switch on the kernel command line, but the IOMMU is active (%d groups in %s)" % (
+            len(groups), groups_dir)
+    else:
+        detail = cmdline_error or "IOMMU not enabled: no intel_iommu=on/amd_iommu=on and no groups in %s" % groups_dir
+    checks.append(_check("iommu", bool(on or groups), detail,
+                         "add intel_iommu=on iommu=pt (Intel) or amd_iommu=on iommu=pt (AMD) to GRUB_CMDLINE_LINUX "
+                         "in /etc/default/grub, run update-grub and reboot"))
+
+    def modules_check(name, modules, fix):
+        missing = [m for m in modules if not os.path.isdir(os.path.join(sysfs_root, "module", m))]
+        detail = ("loaded: %s" % ", ".join(modules)) if not missing else (
+            "not loaded (no %s): %s" % (os.path.join(sysfs_root, "module", "<name>"), ", ".join(missing)))
+        checks.append(_check(name, not missing, detail, fix))
+
+    modules_check("vfio_modules", VFIO_MODULES,
+                  "modprobe vfio vfio_pci vfio_iommu_type1 and list them in /etc/modules-load.d/vfio.conf")
+    modules_check("nvidia_vgpu_driver", NVIDIA_VGPU_MODULES,
+                  "install the NVIDIA vGPU host driver (vGPU Manager) package for this kernel and load "
+                  "nvidia and nvidia_vgpu_vfio")
+    executable = os.path.isfile(sriov_manage) and os.access(sriov_manage, os.X_OK)
+    checks.append(_check("sriov_manage", executable,
+                         "%s is %s" % (sriov_manage, "executable" if executable else
+                                       ("not executable" if os.path.exists(sriov_manage) else "missing")),
+                         "install the NVIDIA vGPU host driver package, which ships %s" % sriov_manage))
+    try:
+        framework, _warnings = _sysfs.detect_framework(sysfs_root)
+    except VgpuError as err:
+        framework, detail = None, err.msg
+    else:
+        detail = "hypeman detects the %s framework" % framework
+    checks.append(_check("vendor_vfio", framework == _sysfs.FRAMEWORK_VENDOR_VFIO, detail,
+                         "enable SR-IOV on the cards (sriov-manage -e <card>, or vgpu_host_sriov_enable) on a "
+                         "driver with vendor-specific VFIO; on mdev hosts hypeman ignores the VF health store"))
+    missing_units = []
+    for unit in dcgm_units:
+        if not any(os.path.exists(os.path.join(d, unit)) for d in unit_dirs):
+            missing_units.append(unit)
+    checks.append(_check("dcgm_units", not missing_units,
+                         ("unit files found: %s" % ", ".join(dcgm_units)) if not missing_units
+                         else "no unit file in %s for: %s" % (", ".join(unit_dirs), ", ".join(missing_units)),
+                         "install DCGM (datacenter-gpu-manager, dcgm-exporter) or set the recovery roles' unit "
+                         "lists to the units this host runs"))
+    return checks
+
+
+# --- classification ---------------------------------------------------------------------------
+
+
+def classify(result, hypeman_expected=True):
+    """The issues an operator must see, most severe first (codes are documented in docs/audit-report.md)."""
+    issues = []
+    for error in result["errors"]:
+        issues.append(_issue("critical", "audit_incomplete", "%s: %s" % (error["section"], error["error"]),
+                             "fix the unreadable path; the rest of this host's audit may be incomplete"))
+    store = result["store"]
+    placement = result["placement"]
+    if store is not None:
+        if not store["valid"]:
+            issues.append(_issue(
+                "critical", "store_unavailable",
+                "VF health store %s is %s: %s; hypeman disables vGPU placement" % (
+                    store["path"], store["format"], store["error"]),
+                "run playbooks/reconcile.yml: it repairs the store with a backup, keeping %d recoverable VF(s) "
+                "quarantined" % len(store["recoverable"]), store["path"]))
+        if store["would_quarantine"]:
+            issues.append(_issue(
+                "warning", "pending_quarantine",
+                "%d VF(s) have failures at the threshold %d but no quarantine mark: %s" % (
+                    len(store["would_quarantine"]), result["threshold"], ", ".join(store["would_quarantine"])),
+                "hypeman quarantines them at its next start; reconcile restarts hypeman to apply it now"))
+        if store["stale_records"]:
+            issues.append(_issue(
+                "warning", "stale_records",
+                "%d record(s) for VFs sysfs does not show: %s" % (
+                    len(store["stale_records"]), ", ".join(store["stale_records"])),
+                "if the VFs are gone for good, remove the records with the clear_quarantine role "
+                "(owned_only: false)"))
+        if store["quarantined"]:
+            owned = store["owned"]
+            issues.append(_issue(
+                "info", "quarantined_vfs",
+                "%d VF(s) quarantined (%s): %s" % (
+                    len(store["quarantined"]),
+                    "ownership unknown" if owned is None else "%d by this collection, %d by hypeman" % (
+                        len(owned), len(store["by_hypeman"])),
+                    ", ".join(store["quarantined"]))))
+        if store["below_threshold"]:
+            issues.append(_issue(
+                "info", "below_threshold",
+                "%d VF(s) with failures below the threshold %d: %s" % (
+                    len(store["below_threshold"]), result["threshold"],
+                    ", ".join("%s (%d)" % item for item in sorted(store["below_threshold"].items())))))
+    sentinel = result["sentinel"]
+    if sentinel is not None and sentinel["unreported"]:
+        issues.append(_issue(
+            "warning", "sentinel_unreported",
+            "%d sentinel verdict(s) not in the store: %s" % (len(sentinel["unreported"]), ", ".join(
+                "%s %s on %s (would be %s)" % (f["instance_id"], f["verdict"], f["vf_address"], f["effect"])
+                for f in sentinel["unreported"])),
+            "reconcile reports them to the store (hypeman stopped around the edit)"))
+    if placement is not None:
+        for gpu in placement["gpus"]:
+            if gpu["drained"] and gpu["idle"]:
+                issues.append(_issue(
+                    "warning", "card_ready_for_cycle",
+                    "card %s is drained (all %d VFs quarantined) and idle" % (gpu["address"], gpu["vf_total"]),
+                    "recover it: playbooks/recover_gpu.yml -e target_gpu=%s" % gpu["address"], gpu["address"]))
+            elif gpu["drained"]:
+                issues.append(_issue(
+                    "info", "card_draining",
+                    "card %s is drained but not idle: %s" % (gpu["address"], "; ".join(gpu["idle_blockers"] or [])),
+                    "wait for its instances to stop, then recover it", gpu["address"]))
+            elif gpu["overflow_only"]:
+                issues.append(_issue(
+                    "warning", "card_overflow_only",
+                    "card %s has %d of %d VFs quarantined; hypeman places on it only as overflow" % (
+                        gpu["address"], gpu["quarantined"], gpu["vf_total"]),
+                    "drain and recover the card when capacity allows (playbooks/recover_gpu.yml)", gpu["address"]))
+        if placement["unreadable_metadata"]:
+            issues.append(_issue(
+                "warning", "unreadable_metadata",
+                "%d instance metadata file(s) cannot be read; hypeman's reconcile fails closed: %s" % (
+                    len(placement["unreadable_metadata"]), ", ".join(placement["unreadable_metadata"])),
+                "inspect and fix or remove the files"))
+        if placement["unreadable_vfs"]:
+            issues.append(_issue(
+                "warning", "unreadable_vfs",
+                "%d VF(s) cannot be read and are skipped by hypeman: %s" % (
+                    len(placement["unreadable_vfs"]), ", ".join(str(a) for a in placement["unreadable_vfs"])),
+                "check the driver state of these VFs; an SR-IOV cycle recreates them"))
+    api = result["api"]
+    if api is not None:
+        if api["error"]:
+            issues.append(_issue("critical", "api_unreachable", api["error"],
+                                 "check that hypeman runs and the API token is valid"))
+        elif api["mismatches"]:
+            issues.append(_issue(
+                "warning", "api_mismatch",
+                "hypeman's /resources differs from the files: %s" % ", ".join(
+                    "%s local=%s api=%s" % (m["field"], m["local"], m["api"]) for m in api["mismatches"]),
+                "hypeman reads the store only at start: restart hypeman if the store was edited while it ran"))
+    hypeman = result["hypeman"]
+    if hypeman_expected and hypeman["running"] is False:
+        issues.append(_issue("warning", "hypeman_not_running", "no hypeman process is running",
+                             "start hypeman (systemctl start hypeman)"))
+    for check in result.get("prerequisites") or []:
+        if check["status"] != "pass":
+            issues.append(_issue("warning", "prerequisite_failed", "%s: %s" % (check["name"], check["detail"]),
+                                 check["fix"], check["name"]))
+    order = dict((severity, index) for index, severity in enumerate(SEVERITIES))
+    issues.sort(key=lambda issue: order[issue["severity"]])
+    return issues
+
+
+# --- the audit ----------------------------------------------------------------------------------
+
+
+def audit_host(paths, threshold=None, api=None, sentinel=True, prereq=None, hypeman_expected=True):
+    """Audit one host; returns ``(result, warnings)``.
+
+    ``api``: None or ``{url, token, validate_certs, timeout}``; ``prereq``:
+    None or ``{sriov_manage, dcgm_units, unit_dirs}`` to check prerequisites.
+    Only a bad explicit ``threshold`` raises; every other failure is kept in
+    ``result["errors"]`` as ``{section, error}``.
+    """
+    errors, warnings = [], []
+    threshold, threshold_source = _hypeman.resolve_threshold(threshold, paths.config_path) \
+        if threshold is not None else _config_threshold(paths.config_path, errors)
+    result = {"threshold": threshold, "threshold_source": threshold_source, "errors": errors,
+              "store": None, "placement": None, "sentinel": None, "api": None, "capacity": None,
+              "hypeman": hypeman_section(paths.proc_root), "prerequisites": None}
+    if result["hypeman"]["error"]:
+        errors.append({"section": "hypeman", "error": result["hypeman"]["error"]})
+    view = None
+    try:
+        view, view_warnings = _placement.host_view(paths.sysfs_root, paths.proc_root, paths.dev_root,
+                                                   paths.data_dir, paths.store_path, paths.config_path)
+        warnings.extend(view_warnings)
+        result["placement"] = placement_section(view)
+        result["capacity"] = capacity_section(result["placement"])
+    except VgpuError as err:
+        errors.append({"section": "placement", "error": err.msg})
+    store = _store.load_store(paths.store_path)
+    try:
+        ledger = _ledger.read_ledger(paths.state_dir)
+    except VgpuError as err:
+        ledger = None
+        errors.append({"section": "ledger", "error": err.msg})
+    discovered = None
+    if view is not None:
+        discovered = set(vf["address"] for vf in view["vfs"])
+        discovered.update(entry.get("address") for entry in view["unreadable_vfs"])
+    result["store"] = store_section(store, threshold, ledger, discovered)
+    if sentinel:
+        try:
+            result["sentinel"] = sentinel_section(paths.data_dir, paths.state_dir, store, threshold)
+            warnings.extend(result["sentinel"]["warnings"])
+        except VgpuError as err:
+            errors.append({"section": "sentinel", "error": err.msg})
+    if api is not None and api.get("url"):
+        result["api"] = api_section(view, api["url"], api.get("token"), api.get("validate_certs", True),
+                                    api.get("timeout", 10))
+    if prereq is not None:
+        result["prerequisites"] = prerequisites(paths.sysfs_root, paths.proc_root, prereq["sriov_manage"],
+                                                prereq.get("dcgm_units") or DEFAULT_DCGM_UNITS,
+                                                prereq.get("unit_dirs") or DEFAULT_UNIT_DIRS)
+    result["issues"] = classify(result, hypeman_expected)
+    result["needs_action"] = any(issue["severity"] != "info" for issue in result["issues"])
+    return result, warnings
+
+
+def _config_threshold(config_path, errors):
+    try:
+        return _hypeman.read_quarantine_threshold(config_path)
+    except VgpuError as err:
+        errors.append({"section": "config", "error": err.msg})
+        return _hypeman.DEFAULT_QUARANTINE_THRESHOLD, "default (config unreadable)"

@@ -1,0 +1,594 @@
+# -*- coding: utf-8 -*-
+# Copyright: hypeman.vgpu contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""The fleet report, built once on the controller from every host's audit.
+
+Pure data in, data or text out, so the filters stay thin and the logic is
+unit-tested without a playbook. The issue codes come from
+``module_utils/_audit.py`` (host side); this adds the controller-side ones
+(``unreachable``, ``audit_failed``, ``no_data``) and the fleet view: hosts
+needing action first, the summary AWX publishes through ``set_stats``, the
+``audit_fail_on`` policies, and the Markdown, HTML and Prometheus renderings.
+"""
+
+from __future__ import annotations
+
+import html
+import json
+import re
+
+from ansible_collections.hypeman.vgpu.plugins.module_utils import _gotime
+
+REPORT_SCHEMA = 1
+SEVERITY_ORDER = {"critical": 0, "warning": 1, "info": 2, "ok": 3}
+REPAIRS = ("store", "sentinel", "reevaluate")
+
+
+class ReportError(ValueError):
+    """Bad input to the report (for example an unknown policy)."""
+
+
+def _issue(severity, code, message, action=None, subject=None):
+    return {"severity": severity, "code": code, "message": message, "action": action, "subject": subject}
+
+
+# --- one host -----------------------------------------------------------------------------------
+
+_ENTRY_KEYS = ("threshold", "threshold_source", "errors", "store", "placement", "capacity", "sentinel", "hypeman",
+               "api", "prerequisites", "issues", "needs_action")
+
+
+def host_entry(result, host, audited_at=None, actions=None):
+    """A host's report entry from its registered ``host_audit_info`` result.
+
+    An unreachable host or a failed audit becomes an entry with one critical
+    issue; neither stops the fleet report.
+    """
+    entry = {"host": host, "audited_at": audited_at, "actions": list(actions or [])}
+    for key in _ENTRY_KEYS:
+        entry[key] = None
+    result = result if isinstance(result, dict) else {}
+    if result.get("unreachable"):
+        entry["status"] = "unreachable"
+        entry["issues"] = [_issue("critical", "unreachable", "host unreachable: %s" % _msg(result),
+                                  "check the connection to the host (SSH, DNS, credentials)")]
+    elif result.get("failed") or "store" not in result:
+        entry["status"] = "failed"
+        entry["issues"] = [_issue("critical", "audit_failed", "audit failed: %s" % _msg(result),
+                                  "run the audit on this host with -vvv and fix what it says")]
+    else:
+        for key in _ENTRY_KEYS:
+            entry[key] = result.get(key)
+        entry["issues"] = list(result.get("issues") or [])
+        entry["status"] = "needs_action" if result.get("needs_action") else "ok"
+    failed = [a for a in entry["actions"] if a.get("failed")]
+    if failed:
+        entry["issues"].insert(0, _issue("critical", "reconcile_failed", "repair failed: %s" % "; ".join(
+            "%s %s: %s" % (a.get("kind"), a.get("target") or "", a.get("detail") or "") for a in failed),
+            "read the reconcile job's output for this host; the store was left as the failed step left it"))
+        if entry["status"] == "ok":
+            entry["status"] = "needs_action"
+    entry["needs_action"] = entry["status"] != "ok"
+    entry["severity"] = _worst(entry["issues"])
+    return entry
+
+
+def _msg(result):
+    text = result.get("msg") or result.get("reason") or "no result"
+    return str(text).strip().splitlines()[0] if str(text).strip() else "no result"
+
+
+def _worst(issues):
+    if not issues:
+        return "ok"
+    return min((issue["severity"] for issue in issues), key=lambda s: SEVERITY_ORDER.get(s, 9))
+
+
+def no_data_entry(host):
+    entry = host_entry({"failed": True}, host)
+    entry["status"] = "no_data"
+    entry["issues"] = [_issue("critical", "no_data", "no audit result for this host in this run or the fact cache",
+                              "check that the per-host audit ran on it (job slices, limits, unreachable hosts)")]
+    return entry
+
+
+# --- the fleet -----------------------------------------------------------------------------------
+
+
+def _sort_key(entry):
+    issues = [i for i in entry["issues"] if i["severity"] != "info"]
+    return (0 if entry["needs_action"] else 1, SEVERITY_ORDER.get(entry["severity"], 9), -len(issues),
+            entry["host"])
+
+
+REPORT_EXTENSIONS = {"json": "json", "markdown": "md", "html": "html"}
+
+
+def report_paths(report_dir, kind, formats):
+    """Where each report format is written: ``<dir>/fleet-<kind>.<ext>``; none without a directory."""
+    unknown = [f for f in formats or [] if f not in REPORT_EXTENSIONS]
+    if unknown:
+        raise ReportError("unknown report format(s) %s; expected some of %s"
+                          % (", ".join(unknown), ", ".join(sorted(REPORT_EXTENSIONS))))
+    if not report_dir:
+        return {}
+    return dict((fmt, "%s/fleet-%s.%s" % (report_dir.rstrip("/"), kind, REPORT_EXTENSIONS[fmt])) for fmt in formats)
+
+
+def build_report(entries, kind="audit", generated_at=None, check_mode=False, policies=None, reports=None):
+    """The fleet report: hosts needing action first, a summary, and the policy verdict."""
+    if kind not in ("audit", "reconcile"):
+        raise ReportError("report kind %r; expected audit or reconcile" % (kind,))
+    entries = sorted(entries, key=_sort_key)
+    report = {
+        "schema": REPORT_SCHEMA,
+        "kind": kind,
+        "generated_at": generated_at,
+        "check_mode": bool(check_mode),
+        "summary": summarize(entries),
+        "policy": {"fail_on": [], "violations": []},
+        "reports": dict(reports or {}),
+        "hosts": entries,
+    }
+    report["summary"]["reports"] = report["reports"]
+    parsed = parse_policies(policies)
+    report["policy"]["fail_on"] = [p["text"] for p in parsed]
+    report["policy"]["violations"] = evaluate_policies(report, parsed)
+    report["summary"]["policy_violations"] = report["policy"]["violations"]
+    report["summary"]["failed_policy"] = bool(report["policy"]["violations"])
+    return report
+
+
+def summarize(entries):
+    """The counts a dashboard or a downstream AWX workflow node needs."""
+    summary = {
+        "hosts_total": len(entries),
+        "hosts_ok": 0, "hosts_needing_action": 0, "hosts_unreachable": 0, "hosts_failed": 0,
+        "hosts_store_unavailable": 0, "hosts_api_unreachable": 0, "hosts_api_mismatch": 0,
+        "hosts_hypeman_not_running": 0,
+        "quarantined_vfs": 0, "quarantined_owned": 0, "quarantined_by_hypeman": 0,
+        "pending_quarantine_vfs": 0, "below_threshold_vfs": 0, "stale_records": 0,
+        "cards_total": 0, "cards_ready_for_cycle": 0, "cards_overflow_only": 0, "cards_draining": 0,
+        "sentinel_failed": 0, "sentinel_unreported": 0,
+        "slots_total": 0, "slots_allocatable": 0, "slots_quarantined": 0, "slots_lost": 0,
+        "capacity_loss_pct": 0.0,
+        "actions_taken": 0, "hosts_reconcile_failed": 0,
+        "issues_by_code": {},
+        "needing_action": [], "unreachable": [], "failed": [], "store_unavailable": [],
+        "ready_for_cycle": [], "reconcile_failed": [],
+    }
+    for entry in entries:
+        host = entry["host"]
+        status = entry["status"]
+        if status == "ok":
+            summary["hosts_ok"] += 1
+        else:
+            summary["hosts_needing_action"] += 1
+            summary["needing_action"].append(host)
+        if status == "unreachable":
+            summary["hosts_unreachable"] += 1
+            summary["unreachable"].append(host)
+        elif status in ("failed", "no_data"):
+            summary["hosts_failed"] += 1
+            summary["failed"].append(host)
+        codes = set()
+        for issue in entry["issues"]:
+            codes.add(issue["code"])
+        for code in sorted(codes):
+            summary["issues_by_code"][code] = summary["issues_by_code"].get(code, 0) + 1
+        if "reconcile_failed" in codes:
+            summary["hosts_reconcile_failed"] += 1
+            summary["reconcile_failed"].append(host)
+        if "store_unavailable" in codes:
+            summary["hosts_store_unavailable"] += 1
+            summary["store_unavailable"].append(host)
+        summary["hosts_api_unreachable"] += "api_unreachable" in codes
+        summary["hosts_api_mismatch"] += "api_mismatch" in codes
+        summary["hosts_hypeman_not_running"] += "hypeman_not_running" in codes
+        store = entry.get("store") or {}
+        summary["quarantined_vfs"] += len(store.get("quarantined") or [])
+        summary["quarantined_owned"] += len(store.get("owned") or [])
+        summary["quarantined_by_hypeman"] += len(store.get("by_hypeman") or [])
+        summary["pending_quarantine_vfs"] += len(store.get("would_quarantine") or [])
+        summary["below_threshold_vfs"] += len(store.get("below_threshold") or {})
+        summary["stale_records"] += len(store.get("stale_records") or [])
+        for gpu in (entry.get("placement") or {}).get("gpus") or []:
+            summary["cards_total"] += 1
+            if gpu.get("drained") and gpu.get("idle"):
+                summary["cards_ready_for_cycle"] += 1
+                summary["ready_for_cycle"].append({"host": host, "gpu": gpu["address"]})
+            elif gpu.get("drained"):
+                summary["cards_draining"] += 1
+            elif gpu.get("overflow_only"):
+                summary["cards_overflow_only"] += 1
+        sentinel = entry.get("sentinel") or {}
+        summary["sentinel_failed"] += len([f for f in sentinel.get("findings") or [] if f["verdict"] == "failed"])
+        summary["sentinel_unreported"] += len(sentinel.get("unreported") or [])
+        capacity = entry.get("capacity") or {}
+        summary["slots_total"] += capacity.get("total_slots", 0)
+        summary["slots_allocatable"] += capacity.get("allocatable_slots", 0)
+        summary["slots_quarantined"] += capacity.get("quarantined_slots", 0)
+        summary["slots_lost"] += capacity.get("lost_slots", 0)
+        summary["actions_taken"] += len([a for a in entry.get("actions") or [] if a.get("changed")])
+    if summary["slots_total"]:
+        summary["capacity_loss_pct"] = round(100.0 * summary["slots_lost"] / summary["slots_total"], 2)
+    return summary
+
+
+# --- policies -------------------------------------------------------------------------------------
+
+_POLICY_RE = re.compile(r"^\s*([a-z_]+)\s*(?:(>=|>)\s*([0-9]+(?:\.[0-9]+)?))?\s*$")
+ISSUE_CODES = ("unreachable", "audit_failed", "no_data", "reconcile_failed", "audit_incomplete", "store_unavailable", "api_unreachable",
+               "pending_quarantine", "stale_records", "sentinel_unreported", "card_ready_for_cycle",
+               "card_overflow_only", "unreadable_metadata", "unreadable_vfs", "api_mismatch", "hypeman_not_running",
+               "prerequisite_failed", "quarantined_vfs", "below_threshold", "card_draining")
+_HOST_MEASURES = ("host_capacity_loss_pct",)
+
+
+def _numeric_summary_keys():
+    return sorted(k for k, v in summarize([]).items() if isinstance(v, (int, float)) and not isinstance(v, bool))
+
+
+def parse_policies(policies):
+    """``audit_fail_on`` as a list (or comma-separated string) of policies; raises ReportError on a bad one.
+
+    A policy is an issue code (fails when any host has it), ``needs_action``
+    (any host needs action), or ``<measure> > N`` / ``<measure> >= N`` with a
+    numeric summary key (``capacity_loss_pct``, ``hosts_unreachable``, ...) or
+    ``host_capacity_loss_pct`` (any single host).
+    """
+    if policies is None or policies == "":
+        return []
+    if isinstance(policies, str):
+        policies = [p for p in policies.split(",") if p.strip()]
+    if not isinstance(policies, (list, tuple)):
+        raise ReportError("audit_fail_on must be a list of policies, got %s" % type(policies).__name__)
+    parsed = []
+    numeric = _numeric_summary_keys()
+    for text in policies:
+        match = _POLICY_RE.match(str(text))
+        if not match:
+            raise ReportError("audit_fail_on: cannot parse %r; expected an issue code, needs_action, or "
+                              "'<measure> > N' such as 'capacity_loss_pct>10'" % (text,))
+        name, op, value = match.groups()
+        if op is None:
+            if name != "needs_action" and name not in ISSUE_CODES:
+                raise ReportError("audit_fail_on: unknown policy %r; known issue codes: %s; or needs_action"
+                                  % (name, ", ".join(ISSUE_CODES)))
+        elif name not in numeric and name not in _HOST_MEASURES:
+            raise ReportError("audit_fail_on: unknown measure %r in %r; known: %s"
+                              % (name, text, ", ".join(numeric + list(_HOST_MEASURES))))
+        parsed.append({"text": str(text).strip(), "name": name, "op": op,
+                       "value": float(value) if value is not None else None})
+    return parsed
+
+
+def _exceeds(measured, op, limit):
+    return measured > limit if op == ">" else measured >= limit
+
+
+def evaluate_policies(report, parsed):
+    """Violations as ``{policy, message, hosts}``."""
+    violations = []
+    summary = report["summary"]
+    for policy in parsed:
+        name, op, limit = policy["name"], policy["op"], policy["value"]
+        if op is None:
+            if name == "needs_action":
+                hosts = [e["host"] for e in report["hosts"] if e["needs_action"]]
+            else:
+                hosts = [e["host"] for e in report["hosts"] if any(i["code"] == name for i in e["issues"])]
+            if hosts:
+                violations.append({"policy": policy["text"], "hosts": hosts,
+                                   "message": "%s on %d host(s): %s" % (name, len(hosts), ", ".join(hosts))})
+        elif name == "host_capacity_loss_pct":
+            hosts = [e["host"] for e in report["hosts"]
+                     if e.get("capacity") and _exceeds(e["capacity"]["lost_pct"], op, limit)]
+            if hosts:
+                violations.append({"policy": policy["text"], "hosts": hosts,
+                                   "message": "capacity loss %s %g%% on %s" % (op, limit, ", ".join(hosts))})
+        elif _exceeds(summary[name], op, limit):
+            violations.append({"policy": policy["text"], "hosts": [],
+                               "message": "%s is %s (limit %s %g)" % (name, summary[name], op, limit)})
+    return violations
+
+
+# --- reconcile plan ------------------------------------------------------------------------------
+
+
+def _ts_key(finding):
+    try:
+        when = _gotime.parse_rfc3339(finding.get("ts") or "")
+        return (0, when.sec, when.nsec, finding["instance_id"])
+    except ValueError:
+        return (1, 0, 0, finding["instance_id"])
+
+
+def repair_plan(result, repairs=REPAIRS):
+    """The safe repairs for one host's audit result.
+
+    ``repair_store``: the store is legacy or invalid (vf_health
+    ``state=repaired`` keeps a backup and every recoverable VF quarantined);
+    ``sentinel``: the verdicts whose report would change the store, in
+    marker-time order, each as ``{effect, params}`` (vf_health parameters); ``reevaluate``: VFs
+    hypeman's next load quarantines (applied by restarting a running hypeman).
+    """
+    unknown = [r for r in repairs if r not in REPAIRS]
+    if unknown:
+        raise ReportError("unknown repair(s) %s; expected some of %s" % (", ".join(unknown), ", ".join(REPAIRS)))
+    plan = {"repair_store": False, "sentinel": [], "reevaluate": [], "hypeman_running": False, "skipped": []}
+    if not isinstance(result, dict) or result.get("failed") or result.get("unreachable") or "store" not in result:
+        plan["skipped"].append("no audit result: nothing is repaired on this host")
+        return plan
+    store = result["store"]
+    plan["hypeman_running"] = bool((result.get("hypeman") or {}).get("running"))
+    if not store["valid"]:
+        if "store" in repairs:
+            plan["repair_store"] = True
+        else:
+            plan["skipped"].append("store repair not allowed (repairs: %s)" % ", ".join(repairs))
+    sentinel = result.get("sentinel") or {}
+    pending = sorted(sentinel.get("unreported") or [], key=_ts_key)
+    if pending and "sentinel" not in repairs:
+        plan["skipped"].append("%d sentinel verdict(s) not reported: not allowed" % len(pending))
+    elif pending:
+        for finding in pending:
+            plan["sentinel"].append({"effect": finding["effect"], "params": {
+                "state": "failed" if finding["verdict"] == "failed" else "succeeded",
+                "vf_addresses": [finding["vf_address"]], "instance_id": finding["instance_id"],
+                "assigned_at": finding["assigned_at"],
+                "reason": "sentinel verdict %s of instance %s (marker ts=%s)" % (
+                    finding["verdict"], finding["instance_id"], finding["ts"]),
+            }})
+    if store.get("would_quarantine"):
+        if "reevaluate" not in repairs:
+            plan["skipped"].append("re-evaluation not allowed")
+        else:
+            plan["reevaluate"] = list(store["would_quarantine"])
+    return plan
+
+
+# --- rendering -----------------------------------------------------------------------------------
+
+_SUMMARY_ROWS = (
+    ("hosts_total", "Hosts"), ("hosts_needing_action", "Hosts needing action"),
+    ("hosts_unreachable", "Unreachable hosts"), ("hosts_failed", "Hosts whose audit failed"),
+    ("hosts_store_unavailable", "Hosts with placement disabled (store unavailable)"),
+    ("quarantined_vfs", "Quarantined VFs"), ("quarantined_owned", "  of which by this collection"),
+    ("quarantined_by_hypeman", "  of which by hypeman"), ("pending_quarantine_vfs", "VFs pending quarantine"),
+    ("below_threshold_vfs", "VFs with failures below the threshold"), ("stale_records", "Records for vanished VFs"),
+    ("cards_ready_for_cycle", "Cards ready for an SR-IOV cycle"), ("cards_overflow_only", "Overflow-only cards"),
+    ("cards_draining", "Cards draining"), ("sentinel_failed", "Sentinel failure verdicts"),
+    ("sentinel_unreported", "Sentinel verdicts not in the store"), ("hosts_api_mismatch", "Hosts where the API disagrees"),
+    ("hosts_api_unreachable", "Hosts whose API is unreachable"), ("slots_total", "vGPU slots"),
+    ("slots_lost", "Slots lost to quarantine"), ("capacity_loss_pct", "Capacity lost (%)"),
+    ("actions_taken", "Repairs made"),
+)
+
+
+def _md(text):
+    return str(text).replace("|", "\\|").replace("\n", " ")
+
+
+def render_markdown(report):
+    title = "hypeman vGPU fleet %s" % report["kind"]
+    lines = ["# %s" % title, ""]
+    lines.append("Generated %s%s. Hosts needing action come first." % (
+        report["generated_at"] or "-", " (check mode: nothing was changed)" if report["check_mode"] else ""))
+    lines.append("")
+    summary = report["summary"]
+    lines += ["## Summary", "", "| | |", "|---|---:|"]
+    for key, label in _SUMMARY_ROWS:
+        lines.append("| %s | %s |" % (label, summary[key]))
+    lines.append("")
+    policy = report["policy"]
+    lines += ["## Policy", ""]
+    if not policy["fail_on"]:
+        lines.append("No `audit_fail_on` policy set.")
+    elif not policy["violations"]:
+        lines.append("Passed: %s." % ", ".join("`%s`" % p for p in policy["fail_on"]))
+    else:
+        lines.append("**Failed:**")
+        lines.append("")
+        lines += ["- `%s`: %s" % (v["policy"], _md(v["message"])) for v in policy["violations"]]
+    lines.append("")
+    if summary["ready_for_cycle"]:
+        lines += ["## Cards ready for an SR-IOV cycle", ""]
+        lines += ["- %s %s: `ansible-playbook hypeman.vgpu.recover_gpu -e target_hosts=%s -e target_gpu=%s`" % (
+            item["host"], item["gpu"], item["host"], item["gpu"]) for item in summary["ready_for_cycle"]]
+        lines.append("")
+    attention = [e for e in report["hosts"] if e["needs_action"]]
+    lines += ["## Hosts needing action (%d)" % len(attention), ""]
+    if not attention:
+        lines += ["None.", ""]
+    for entry in attention:
+        lines += _markdown_host(entry)
+    fine = [e for e in report["hosts"] if not e["needs_action"]]
+    lines += ["## Hosts without action needed (%d)" % len(fine), ""]
+    if fine:
+        lines += ["| Host | Quarantined VFs | Slots | Capacity lost | Notes |", "|---|---:|---:|---:|---|"]
+        for entry in fine:
+            store = entry.get("store") or {}
+            capacity = entry.get("capacity") or {}
+            lines.append("| %s | %d | %s | %s%% | %s |" % (
+                _md(entry["host"]), len(store.get("quarantined") or []), capacity.get("total_slots", "-"),
+                capacity.get("lost_pct", "-"), _md("; ".join(i["message"] for i in entry["issues"])) or "-"))
+    else:
+        lines.append("None.")
+    lines.append("")
+    return "\n".join(lines)
+
+
+def _markdown_host(entry):
+    lines = ["### %s (%s)" % (entry["host"], entry["status"].replace("_", " ")), ""]
+    lines += ["| Severity | Issue | What | Do |", "|---|---|---|---|"]
+    for issue in entry["issues"]:
+        lines.append("| %s | `%s` | %s | %s |" % (issue["severity"], issue["code"], _md(issue["message"]),
+                                                  _md(issue["action"] or "-")))
+    lines.append("")
+    capacity = entry.get("capacity")
+    if capacity:
+        lines.append("Slots: %d total, %d allocatable, %d quarantined, %s%% lost." % (
+            capacity["total_slots"], capacity["allocatable_slots"], capacity["quarantined_slots"], capacity["lost_pct"]))
+        lines.append("")
+    gpus = (entry.get("placement") or {}).get("gpus") or []
+    if gpus:
+        lines += ["| Card | VFs | Quarantined | Allocatable | Claimed | State |", "|---|---:|---:|---:|---:|---|"]
+        for gpu in gpus:
+            cells = (gpu["address"], gpu["vf_total"], gpu["quarantined"], gpu["allocatable"], gpu["claimed"],
+                     _card_state(gpu))
+            lines.append("| %s | %s | %s | %s | %s | %s |" % cells)
+        lines.append("")
+    if entry.get("actions"):
+        lines += ["Actions:", ""]
+        lines += ["- %s" % _md(_action_text(a)) for a in entry["actions"]]
+        lines.append("")
+    return lines
+
+
+def _card_state(gpu):
+    if gpu.get("quarantined") is None:
+        return "placement disabled"
+    if gpu.get("drained"):
+        return "drained, idle: ready for cycle" if gpu.get("idle") else "drained, busy"
+    if gpu.get("overflow_only"):
+        return "overflow-only"
+    return "healthy"
+
+
+def _action_text(action):
+    if action.get("failed"):
+        state = "failed"
+    elif action.get("changed"):
+        state = "would do" if action.get("check_mode") else "done"
+    else:
+        state = "no change"
+    return "%s %s: %s (%s)" % (action.get("kind"), action.get("target") or "", action.get("detail") or "", state)
+
+
+_CSS = ("body{font-family:system-ui,sans-serif;margin:2em;color:#222}table{border-collapse:collapse;margin:.5em 0 1em}"
+        "td,th{border:1px solid #ccc;padding:.25em .6em;text-align:left;vertical-align:top}"
+        ".critical{background:#fdd}.warning{background:#ffe9c6}.info{background:#eef4ff}.ok{background:#e5f6e5}"
+        "h3{margin-bottom:.2em}code{background:#f4f4f4;padding:0 .2em}")
+
+
+def render_html(report):
+    esc = html.escape
+    summary = report["summary"]
+    out = ["<!DOCTYPE html>", "<html lang=\"en\"><head><meta charset=\"utf-8\">",
+           "<title>hypeman vGPU fleet %s</title><style>%s</style></head><body>" % (esc(report["kind"]), _CSS),
+           "<h1>hypeman vGPU fleet %s</h1>" % esc(report["kind"]),
+           "<p>Generated %s%s. Hosts needing action come first.</p>" % (
+               esc(str(report["generated_at"] or "-")),
+               " (check mode: nothing was changed)" if report["check_mode"] else ""),
+           "<h2>Summary</h2><table>"]
+    for key, label in _SUMMARY_ROWS:
+        out.append("<tr><th>%s</th><td>%s</td></tr>" % (esc(label.strip()), esc(str(summary[key]))))
+    out.append("</table><h2>Policy</h2>")
+    policy = report["policy"]
+    if not policy["fail_on"]:
+        out.append("<p>No <code>audit_fail_on</code> policy set.</p>")
+    elif not policy["violations"]:
+        out.append("<p class=\"ok\">Passed: %s</p>" % esc(", ".join(policy["fail_on"])))
+    else:
+        out.append("<ul class=\"critical\">%s</ul>" % "".join(
+            "<li><code>%s</code>: %s</li>" % (esc(v["policy"]), esc(v["message"])) for v in policy["violations"]))
+    out.append("<h2>Hosts</h2>")
+    for entry in report["hosts"]:
+        heading = (esc(entry["severity"]), esc(entry["host"]), esc(entry["status"].replace("_", " ")))
+        out.append("<h3 class=\"%s\">%s &mdash; %s</h3>" % heading)
+        if entry["issues"]:
+            out.append("<table><tr><th>Severity</th><th>Issue</th><th>What</th><th>Do</th></tr>")
+            for issue in entry["issues"]:
+                out.append("<tr class=\"%s\"><td>%s</td><td><code>%s</code></td><td>%s</td><td>%s</td></tr>" % (
+                    esc(issue["severity"]), esc(issue["severity"]), esc(issue["code"]), esc(issue["message"]),
+                    esc(issue["action"] or "-")))
+            out.append("</table>")
+        gpus = (entry.get("placement") or {}).get("gpus") or []
+        if gpus:
+            out.append("<table><tr><th>Card</th><th>VFs</th><th>Quarantined</th><th>Allocatable</th>"
+                       "<th>Claimed</th><th>State</th></tr>")
+            for gpu in gpus:
+                out.append("<tr><td>%s</td><td>%s</td><td>%s</td><td>%s</td><td>%s</td><td>%s</td></tr>" % tuple(
+                    esc(str(v)) for v in (gpu["address"], gpu["vf_total"], gpu["quarantined"], gpu["allocatable"],
+                                          gpu["claimed"], _card_state(gpu))))
+            out.append("</table>")
+        if entry.get("actions"):
+            out.append("<ul>%s</ul>" % "".join("<li>%s</li>" % esc(_action_text(a)) for a in entry["actions"]))
+    out.append("</body></html>")
+    return "\n".join(out) + "\n"
+
+
+def _prom_line(out, name, help_text, samples):
+    out.append("# HELP hypeman_vgpu_%s %s" % (name, help_text))
+    out.append("# TYPE hypeman_vgpu_%s gauge" % name)
+    for labels, value in samples:
+        label_text = ",".join('%s="%s"' % (k, str(v).replace("\\", "\\\\").replace('"', '\\"'))
+                              for k, v in labels)
+        out.append("hypeman_vgpu_%s%s %s" % (name, "{%s}" % label_text if label_text else "", _num(value)))
+
+
+def _num(value):
+    if isinstance(value, bool):
+        return "1" if value else "0"
+    if isinstance(value, float):
+        return repr(value)
+    return str(int(value))
+
+
+def render_prometheus(entry):
+    """node_exporter textfile-collector text for one host's entry (no timestamps: the file's mtime says when)."""
+    out = []
+    store = entry.get("store") or {}
+    placement = entry.get("placement") or {}
+    capacity = entry.get("capacity") or {}
+    sentinel = entry.get("sentinel") or {}
+    api = entry.get("api")
+    issues = entry.get("issues") or []
+    _prom_line(out, "audit_needs_action", "1 when the audit found a warning or critical issue.",
+               [((), entry["needs_action"])])
+    _prom_line(out, "audit_issues", "Issues found by the last audit, by severity.",
+               [((("severity", s),), len([i for i in issues if i["severity"] == s]))
+                for s in ("critical", "warning", "info")])
+    if entry.get("store") is not None:
+        _prom_line(out, "store_valid", "1 when hypeman can load the VF health store.", [((), store["valid"])])
+        _prom_line(out, "vfs", "VFs by health state in the VF health store.", [
+            ((("state", "quarantined"),), len(store["quarantined"])),
+            ((("state", "quarantined_owned"),), len(store["owned"] or [])),
+            ((("state", "quarantined_by_hypeman"),), len(store["by_hypeman"] or [])),
+            ((("state", "pending_quarantine"),), len(store["would_quarantine"])),
+            ((("state", "below_threshold"),), len(store["below_threshold"])),
+            ((("state", "stale_record"),), len(store["stale_records"]))])
+    if capacity:
+        _prom_line(out, "slots", "vGPU slots as hypeman counts them.", [
+            ((("kind", "total"),), capacity["total_slots"]), ((("kind", "allocatable"),), capacity["allocatable_slots"]),
+            ((("kind", "quarantined"),), capacity["quarantined_slots"]), ((("kind", "lost"),), capacity["lost_slots"])])
+        _prom_line(out, "capacity_loss_ratio", "Share of slots lost to quarantine (1 while placement is disabled).",
+                   [((), round(capacity["lost_pct"] / 100.0, 4))])
+    if placement:
+        _prom_line(out, "placement_disabled", "1 while hypeman refuses every vGPU placement.",
+                   [((), bool(placement.get("placement_disabled_reason")))])
+        gpus = placement.get("gpus") or []
+        _prom_line(out, "cards", "Cards by state.", [
+            ((("state", "ready_for_cycle"),), len([g for g in gpus if g["drained"] and g["idle"]])),
+            ((("state", "draining"),), len([g for g in gpus if g["drained"] and not g["idle"]])),
+            ((("state", "overflow_only"),), len([g for g in gpus if g["overflow_only"] and not g["drained"]])),
+            ((("state", "total"),), len(gpus))])
+    if entry.get("sentinel") is not None:
+        findings = sentinel.get("findings") or []
+        _prom_line(out, "sentinel_verdicts", "Standing sentinel verdicts, by verdict.", [
+            ((("verdict", v),), len([f for f in findings if f["verdict"] == v])) for v in ("failed", "ok")])
+        _prom_line(out, "sentinel_unreported", "Sentinel verdicts whose report would change the store.",
+                   [((), len(sentinel.get("unreported") or []))])
+    if entry.get("hypeman") is not None and entry["hypeman"].get("running") is not None:
+        _prom_line(out, "hypeman_running", "1 when a hypeman process runs.", [((), entry["hypeman"]["running"])])
+    if api is not None:
+        _prom_line(out, "api_reachable", "1 when hypeman's API answered the audit.",
+                   [((), bool(api["reachable"]) and not api["error"])])
+        _prom_line(out, "api_mismatches", "Fields where hypeman's /resources differs from the files.",
+                   [((), len(api["mismatches"]))])
+    return "\n".join(out) + "\n"
+
+
+def to_json(report):
+    return json.dumps(report, indent=2, sort_keys=True) + "\n"

@@ -1,0 +1,80 @@
+#!/usr/bin/env bash
+# Fleet audit and reconcile over a simulated fleet (local connection, one tree
+# per host, each host a different problem class, one unreachable host):
+#   audit -> report lists every class correctly, hosts needing action first;
+#   audit --check -> identical report, every file under the trees unchanged;
+#   audit_fail_on -> the job fails after the report; a bad policy fails first;
+#   ansible-runner (AWX's engine) -> the set_stats artifact arrives;
+#   Prometheus textfiles; reconcile --check (nothing changes), reconcile
+#   (safe repairs, listed), reconcile again (nothing to do), audit after.
+set -eux
+here=$(cd "$(dirname "$0")" && pwd)
+py=$(command -v python)
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+hosts=ok,legacy,invalid,drained,draining,overflow,sentinel,pending,stale,below,metadata,config
+fixture() { "$py" "$here/fleet_fixture.py" "$@"; }
+check() { "$py" "$here/fleet_checks.py" "$@"; }
+playbook() { ansible-playbook -i "$work/inventory.json" "$@"; }
+
+fixture build --dir "$work" --hosts "$hosts" --unreachable 1 > /dev/null
+fixture checksum --dir "$work" > "$work/tree-0.json"
+
+# Audit: read-only, unreachable host reported but not fatal.
+playbook hypeman.vgpu.audit -e audit_report_dir="$work/audit"
+fixture checksum --dir "$work" > "$work/tree-1.json"
+check same-tree "$work/tree-0.json" "$work/tree-1.json"
+check report --report "$work/audit/fleet-audit.json" --expected "$work/expected.json"
+check policy --report "$work/audit/fleet-audit.json"
+
+# The same audit in check mode: identical results, nothing touched.
+playbook hypeman.vgpu.audit --check -e audit_report_dir="$work/audit-check"
+fixture checksum --dir "$work" > "$work/tree-2.json"
+check same-tree "$work/tree-0.json" "$work/tree-2.json"
+check same-report "$work/audit/fleet-audit.json" "$work/audit-check/fleet-audit.json"
+
+# Policies decide whether the job fails; the report is written first.
+if playbook hypeman.vgpu.audit -e audit_report_dir="$work/policy" \
+    -e '{"audit_fail_on": ["store_unavailable", "capacity_loss_pct>99", "hosts_unreachable>=1"]}'; then
+  echo "FAIL: audit_fail_on store_unavailable did not fail the job"; exit 1
+fi
+check policy --report "$work/policy/fleet-audit.json" --violated store_unavailable "hosts_unreachable>=1"
+# A misspelt policy fails before any host is audited.
+if playbook hypeman.vgpu.audit -e audit_report_dir="$work/typo" -e '{"audit_fail_on": ["store_unavalable"]}' \
+    > "$work/typo.log" 2>&1; then
+  echo "FAIL: an unknown policy was accepted"; exit 1
+fi
+grep -q "unknown policy 'store_unavalable'" "$work/typo.log"
+test ! -e "$work/typo"
+
+# AWX runs playbooks with ansible-runner: the set_stats summary must arrive as an artifact.
+mkdir -p "$work/runner"
+check runner --private-dir "$work/runner" --inventory "$work/inventory.json" --expected "$work/expected.json" \
+  --playbook "$(fixture root)/playbooks/audit.yml"
+
+# Prometheus textfiles, one per host (in each tree here), idempotent.
+for dir in "$work"/hosts/*/; do mkdir -p "$dir/prom"; done
+prom_dir='{{ hypeman_vgpu_data_dir | dirname | dirname | dirname }}/prom'
+playbook hypeman.vgpu.audit -e audit_report_dir="$work/prom-report" -e "audit_prometheus_dir=$prom_dir"
+check prometheus --dir "$work" --expected "$work/expected.json"
+playbook hypeman.vgpu.audit -e audit_report_dir="$work/prom-report" -e "audit_prometheus_dir=$prom_dir" \
+  | tee "$work/prom-again.log"
+grep -E 'changed=[1-9]' "$work/prom-again.log" && { echo "FAIL: rewriting unchanged textfiles"; exit 1; }
+for dir in "$work"/hosts/*/; do rm -rf "$dir/prom"; done
+
+# Reconcile in check mode: plans the repairs, changes nothing.
+fixture checksum --dir "$work" > "$work/tree-3.json"
+playbook hypeman.vgpu.reconcile --check -e audit_report_dir="$work/reconcile-check"
+fixture checksum --dir "$work" > "$work/tree-4.json"
+check same-tree "$work/tree-3.json" "$work/tree-4.json"
+
+# Reconcile: the safe repairs, each listed; then again: nothing left to do.
+playbook hypeman.vgpu.reconcile -e audit_report_dir="$work/reconcile"
+check reconcile --report "$work/reconcile/fleet-reconcile.json" --expected "$work/expected.json"
+check repaired --report "$work/reconcile/fleet-reconcile.json" --expected "$work/expected.json" --dir "$work"
+fixture checksum --dir "$work" > "$work/tree-5.json"
+playbook hypeman.vgpu.reconcile -e audit_report_dir="$work/reconcile-2"
+check reconcile --second-run --report "$work/reconcile-2/fleet-reconcile.json" --expected "$work/expected.json"
+fixture checksum --dir "$work" > "$work/tree-6.json"
+check same-tree "$work/tree-5.json" "$work/tree-6.json"
+echo "fleet_audit: all checks passed"
