@@ -15,6 +15,7 @@ bash scripts/bootstrap_molecule.sh >&2
 # shellcheck source=scripts/molecule_env.sh
 . scripts/molecule_env.sh
 image=$(bash scripts/sim_image.sh)
+VENV_PY="$PWD/.venv/bin/python"
 
 work=$(mktemp -d)
 cleanup() {
@@ -45,4 +46,29 @@ playbook extensions/molecule/resources/demo_report.yml -e "demo_report_file=$wor
   >"$work/report.log" 2>&1 || { cat "$work/report.log" >&2; exit 1; }
 echo
 cat "$work/report.txt"
+
+# The fleet audit (playbooks/audit.yml) over the simulated host, as AWX would
+# schedule it; the report stays in build/demo-audit for the operator to open.
+report_dir="$PWD/build/demo-audit"
+rm -rf "$report_dir" && mkdir -p "$report_dir"
+token=$(podman exec "$name" vgpu-sim token)
+cat > "$work/sim_vars.yml" <<VARS
+hypeman_vgpu_data_dir: /srv/vgpu-sim/var/lib/hypeman
+hypeman_vgpu_sysfs_root: /srv/vgpu-sim/sys
+hypeman_vgpu_proc_root: /proc
+hypeman_vgpu_dev_root: /srv/vgpu-sim/dev
+hypeman_vgpu_state_dir: /srv/vgpu-sim/var/lib/hypeman-vgpu
+hypeman_vgpu_config_path: /srv/vgpu-sim/etc/hypeman/config.yaml
+hypeman_vgpu_api_url: http://127.0.0.1:8080
+hypeman_vgpu_api_token: "$token"
+hypeman_vgpu_become: false
+audit_report_dir: $report_dir
+VARS
+log "running the fleet audit (playbooks/audit.yml, read-only)"
+playbook playbooks/audit.yml -e "@$work/sim_vars.yml" >"$work/audit.log" 2>&1 \
+  || { cat "$work/audit.log" >&2; exit 1; }
+echo
+echo "== fleet audit report: $report_dir (fleet-audit.json, .md, .html)"
+"$VENV_PY" -c 'import json, sys; print(json.dumps(json.load(open(sys.argv[1]))["summary"], indent=2, sort_keys=True))' \
+  "$report_dir/fleet-audit.json"
 log "done; removing $name"
