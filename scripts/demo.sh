@@ -71,4 +71,19 @@ echo
 echo "== fleet audit report: $report_dir (fleet-audit.json, .md, .html)"
 "$VENV_PY" -c 'import json, sys; print(json.dumps(json.load(open(sys.argv[1]))["summary"], indent=2, sort_keys=True))' \
   "$report_dir/fleet-audit.json"
+# Recovery (playbooks/recover_gpu.yml): hypeman's sentinel reports the wedged
+# instance's second init failure, which quarantines VF 0000:e3:00.5; the card is
+# drained while its tenants stop their instances, DCGM quiesced, SR-IOV cycled,
+# the quarantine cleared with hypeman stopped, and everything verified.
+log "wedging VF 0000:e3:00.5: hypeman records a second driver-init failure and quarantines it"
+playbook extensions/molecule/recover_common/prepare.yml >"$work/wedge.log" 2>&1 \
+  || { cat "$work/wedge.log" >&2; exit 1; }
+log "recovering card 0000:e3:00.0 (playbooks/recover_gpu.yml; a few minutes)"
+playbook extensions/molecule/recover_common/demo_recovery.yml -e "demo_recovery_file=$work/recovery.txt" \
+  >"$work/recovery.log" 2>&1 || { cat "$work/recovery.log" >&2; exit 1; }
+cp "$work/recovery.log" build/demo-recovery.log
+echo
+cat "$work/recovery.txt"
+echo "(full recovery run: build/demo-recovery.log)"
+
 log "done; removing $name"
