@@ -10,35 +10,11 @@ repo=$(pwd)
 log() { printf '[bootstrap] %s\n' "$*"; }
 
 # --- apt -------------------------------------------------------------------
-apt_packages=(git shellcheck make)
-missing=()
-for pkg in "${apt_packages[@]}"; do
-  dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q 'install ok installed' || missing+=("$pkg")
-done
-if [ "${#missing[@]}" -gt 0 ]; then
-  log "apt: installing ${missing[*]}"
-  export DEBIAN_FRONTEND=noninteractive
-  apt-get update -qq
-  apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
-fi
+# shellcheck source=scripts/bootstrap_lib.sh
+. scripts/bootstrap_lib.sh
+apt_ensure git shellcheck make
 
 # --- venvs -------------------------------------------------------------------
-make_venv() { # dir python requirements
-  local dir=$1 python=$2 req=$3 stamp
-  stamp="$dir/.requirements.sha256"
-  if [ -x "$dir/bin/python" ] && [ -f "$stamp" ] && sha256sum --status -c "$stamp" 2>/dev/null; then
-    return 0
-  fi
-  log "venv: $dir ($("$python" --version 2>&1), $req)"
-  rm -rf "$dir"
-  "$python" -m venv "$dir"
-  "$dir/bin/python" -m pip install -q --disable-pip-version-check -r "$req"
-  # requirements files may include others (-r): stamp them all.
-  local included
-  mapfile -t included < <(sed -n 's/^-r[[:space:]]*//p' "$req")
-  sha256sum "$req" "${included[@]}" > "$stamp"
-}
-
 python311=$(command -v python3.11 || command -v python3)
 make_venv .venv "$python311" requirements-dev.txt
 

@@ -17,28 +17,12 @@ cache=${VGPU_SIM_CACHE:-/var/cache/hypeman-vgpu-sim}
 ansible_wheel_version=12.3.0
 collections=(containers/podman ansible/posix awx/awx)
 
-apt_packages=(debootstrap podman runc containernetworking-plugins uidmap systemd-container iproute2 psmisc)
-missing=()
-for pkg in "${apt_packages[@]}"; do
-  dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q 'install ok installed' || missing+=("$pkg")
-done
-if [ "${#missing[@]}" -gt 0 ]; then
-  log "apt: installing ${missing[*]}"
-  export DEBIAN_FRONTEND=noninteractive
-  apt-get update -qq
-  apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
-fi
+# shellcheck source=scripts/bootstrap_lib.sh
+. scripts/bootstrap_lib.sh
+apt_ensure debootstrap podman runc containernetworking-plugins uidmap systemd-container iproute2 psmisc
 
 venv=.venv-molecule
-req=requirements-molecule.txt
-stamp="$venv/.requirements.sha256"
-if ! { [ -x "$venv/bin/molecule" ] && [ -f "$stamp" ] && sha256sum --status -c "$stamp" 2>/dev/null; }; then
-  log "venv: $venv ($req)"
-  rm -rf "$venv"
-  "$(command -v python3.11 || command -v python3)" -m venv "$venv"
-  "$venv/bin/python" -m pip install -q --disable-pip-version-check -r "$req"
-  sha256sum "$req" requirements-dev.txt > "$stamp"
-fi
+make_venv "$venv" "$(command -v python3.11 || command -v python3)" requirements-molecule.txt
 
 coll_dir="$cache/collections-ansible-$ansible_wheel_version"
 # The marker names the collection list, so adding one re-extracts the cache.

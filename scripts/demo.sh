@@ -38,12 +38,14 @@ playbook() {
   ansible-playbook -i "$inventory" -c containers.podman.podman \
     -e ansible_python_interpreter=/usr/bin/python3 "$@"
 }
+quiet_playbook() { # log-name playbook-args...: output to $work/<log-name>.log, shown only on failure
+  local log_file="$work/$1.log"; shift
+  playbook "$@" >"$log_file" 2>&1 || { cat "$log_file" >&2; exit 1; }
+}
 log "preparing: two L40S cards, four instances, one wedged VF, DCGM and hypeman API stand-ins"
-playbook extensions/molecule/resources/prepare_sim_host.yml >"$work/prepare.log" 2>&1 \
-  || { cat "$work/prepare.log" >&2; exit 1; }
+quiet_playbook prepare extensions/molecule/resources/prepare_sim_host.yml
 log "running the collection's info modules"
-playbook extensions/molecule/resources/demo_report.yml -e "demo_report_file=$work/report.txt" \
-  >"$work/report.log" 2>&1 || { cat "$work/report.log" >&2; exit 1; }
+quiet_playbook report extensions/molecule/resources/demo_report.yml -e "demo_report_file=$work/report.txt"
 echo
 cat "$work/report.txt"
 
@@ -65,8 +67,7 @@ hypeman_vgpu_become: false
 audit_report_dir: $report_dir
 VARS
 log "running the fleet audit (playbooks/audit.yml, read-only)"
-playbook playbooks/audit.yml -e "@$work/sim_vars.yml" >"$work/audit.log" 2>&1 \
-  || { cat "$work/audit.log" >&2; exit 1; }
+quiet_playbook audit playbooks/audit.yml -e "@$work/sim_vars.yml"
 echo
 echo "== fleet audit report: $report_dir (fleet-audit.json, .md, .html)"
 "$VENV_PY" -c 'import json, sys; print(json.dumps(json.load(open(sys.argv[1]))["summary"], indent=2, sort_keys=True))' \
@@ -76,11 +77,10 @@ echo "== fleet audit report: $report_dir (fleet-audit.json, .md, .html)"
 # drained while its tenants stop their instances, DCGM quiesced, SR-IOV cycled,
 # the quarantine cleared with hypeman stopped, and everything verified.
 log "wedging VF 0000:e3:00.5: hypeman records a second driver-init failure and quarantines it"
-playbook extensions/molecule/recover_common/prepare.yml >"$work/wedge.log" 2>&1 \
-  || { cat "$work/wedge.log" >&2; exit 1; }
+quiet_playbook wedge extensions/molecule/recover_common/prepare.yml
 log "recovering card 0000:e3:00.0 (playbooks/recover_gpu.yml; a few minutes)"
-playbook extensions/molecule/recover_common/demo_recovery.yml -e "demo_recovery_file=$work/recovery.txt" \
-  >"$work/recovery.log" 2>&1 || { cat "$work/recovery.log" >&2; exit 1; }
+quiet_playbook recovery extensions/molecule/recover_common/demo_recovery.yml \
+  -e "demo_recovery_file=$work/recovery.txt"
 cp "$work/recovery.log" build/demo-recovery.log
 echo
 cat "$work/recovery.txt"
