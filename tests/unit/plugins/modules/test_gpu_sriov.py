@@ -23,6 +23,7 @@ from ansible.module_utils.testing import patch_module_args
 
 from ansible_collections.hypeman.vgpu.plugins.modules import gpu_sriov
 from ansible_collections.hypeman.vgpu.tests.sim.hosttree import MODELS, HostTree, vf_addresses
+from ansible_collections.hypeman.vgpu.tests.unit.plugins.modules.module_results import warning_texts
 
 CARD = "0000:82:00.0"
 OTHER_CARD = "0000:c1:00.0"
@@ -91,7 +92,7 @@ class Host(object):
             with pytest.raises(SystemExit):
                 gpu_sriov.main()
         result = json.loads(capsys.readouterr().out)
-        result["warning_texts"] = list(ansible_warnings.get_warning_messages())
+        result["warning_texts"] = warning_texts(result)
         return result
 
     def calls(self):

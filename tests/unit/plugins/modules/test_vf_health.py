@@ -18,6 +18,7 @@ from ansible_collections.hypeman.vgpu.plugins.module_utils import _ledger, _proc
 from ansible_collections.hypeman.vgpu.plugins.module_utils._errors import VgpuError
 from ansible_collections.hypeman.vgpu.plugins.modules import vf_health
 from ansible_collections.hypeman.vgpu.tests.sim.hosttree import HostTree
+from ansible_collections.hypeman.vgpu.tests.unit.plugins.modules.module_results import warning_texts
 
 CARD = "0000:82:00.0"
 ASSIGNED = "2026-08-20T15:00:00.123456789Z"
@@ -41,7 +42,7 @@ class Host(object):
             with pytest.raises(SystemExit):
                 vf_health.main()
         result = json.loads(capsys.readouterr().out)
-        result["warning_texts"] = list(ansible_warnings.get_warning_messages())
+        result["warning_texts"] = warning_texts(result)
         return result
 
     def raw(self):
