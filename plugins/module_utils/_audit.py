@@ -15,10 +15,9 @@ from __future__ import annotations
 import os
 
 from ansible_collections.hypeman.vgpu.plugins.module_utils import (
-    _hypeman, _ledger, _placement, _proc, _sentinel, _store, _sysfs)
+    _hypeman, _ledger, _placement, _sentinel, _store, _sysfs)
 from ansible_collections.hypeman.vgpu.plugins.module_utils._errors import VgpuError
 
-HYPEMAN_PROCESS_NAMES = ("hypeman-api", "hypeman")
 SEVERITIES = ("critical", "warning", "info")
 DEFAULT_DCGM_UNITS = ("nvidia-dcgm.service", "nvidia-dcgm-exporter.service")
 DEFAULT_UNIT_DIRS = ("/etc/systemd/system", "/run/systemd/system", "/usr/local/lib/systemd/system",
@@ -123,10 +122,9 @@ def sentinel_section(data_dir, state_dir, store, threshold):
 
 
 def hypeman_section(proc_root):
-    try:
-        processes = _proc.find_processes(proc_root, HYPEMAN_PROCESS_NAMES)
-    except VgpuError as err:
-        return {"running": None, "pids": [], "error": err.msg}
+    processes, error = _hypeman.hypeman_processes(proc_root)
+    if error:
+        return {"running": None, "pids": [], "error": error}
     return {"running": bool(processes), "pids": [p["pid"] for p in processes], "error": None}
 
 

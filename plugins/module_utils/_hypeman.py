@@ -14,7 +14,7 @@ import json
 import os
 import re
 
-from ansible_collections.hypeman.vgpu.plugins.module_utils import _gotime, _store
+from ansible_collections.hypeman.vgpu.plugins.module_utils import _gotime, _proc, _store
 from ansible_collections.hypeman.vgpu.plugins.module_utils._errors import VgpuError
 
 DEFAULT_QUARANTINE_THRESHOLD = 2  # hypeman's defaultVFQuarantineThreshold
@@ -109,6 +109,41 @@ def resolve_threshold(explicit, config_path):
             raise VgpuError("threshold is %d; expected a whole number >= 1" % explicit)
         return explicit, "option"
     return read_quarantine_threshold(config_path)
+
+
+# --- the running hypeman ---------------------------------------------------------
+#
+# hypeman loads the VF health store only at start and rewrites it from memory at
+# its next report (reference §1.8), so an external edit made while it runs is lost
+# unless hypeman is restarted.
+
+HYPEMAN_PROCESS_NAMES = ("hypeman-api", "hypeman")
+
+
+def hypeman_processes(proc_root):
+    """``(processes, None)`` with the running hypeman processes (``[{pid, comm, cmdline}]``),
+    or ``(None, error)`` when ``proc_root`` could not be read."""
+    try:
+        return _proc.find_processes(proc_root, HYPEMAN_PROCESS_NAMES), None
+    except VgpuError as err:
+        return None, err.msg
+
+
+def warn_if_store_edited_while_running(module, proc_root, changed):
+    """Warn when this task changed the store (or, in check mode, would) while hypeman runs,
+    or when that cannot be told. Returns the hypeman processes, None when that cannot be told."""
+    processes, error = hypeman_processes(proc_root)
+    if error:
+        module.warn("could not tell whether hypeman is running: %s" % error)
+    elif processes and changed:
+        pids = ", ".join(str(p["pid"]) for p in processes)
+        if module.check_mode:
+            module.warn("hypeman is running (pid %s): it keeps the store in memory and overwrites the "
+                        "file on its next report. Stop hypeman before this edit and start it after." % pids)
+        else:
+            module.warn("hypeman is running (pid %s): restart it now (systemctl restart hypeman) so it "
+                        "loads this edit; its next report would otherwise overwrite the file from memory." % pids)
+    return processes
 
 
 # --- data dir layout -----------------------------------------------------------

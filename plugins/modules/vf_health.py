@@ -294,10 +294,9 @@ from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.hypeman.vgpu.plugins.module_utils._errors import VgpuError
 from ansible_collections.hypeman.vgpu.plugins.module_utils._module import host_path_spec, run_module, store_path
-from ansible_collections.hypeman.vgpu.plugins.module_utils._hypeman import resolve_threshold
-from ansible_collections.hypeman.vgpu.plugins.module_utils import _gotime, _ledger, _proc, _store, _sysfs
-
-HYPEMAN_PROCESS_NAMES = ("hypeman-api", "hypeman")
+from ansible_collections.hypeman.vgpu.plugins.module_utils._hypeman import (
+    resolve_threshold, warn_if_store_edited_while_running)
+from ansible_collections.hypeman.vgpu.plugins.module_utils import _gotime, _ledger, _store, _sysfs
 
 
 def target_vfs(params, ledger):
@@ -321,13 +320,6 @@ def target_vfs(params, ledger):
         raise VgpuError("parent_gpu %s: no VFs found (no virtfn* links under %s and none recorded for it in "
                         "the ledger %s)" % (parent, card_dir, ledger.path))
     return vfs
-
-
-def hypeman_processes(proc_root):
-    try:
-        return _proc.find_processes(proc_root, HYPEMAN_PROCESS_NAMES), None
-    except VgpuError as err:
-        return None, err.msg
 
 
 def make_backup(module, path):
@@ -472,19 +464,7 @@ class Run(object):
             if (params["backup"] or self.state == "repaired") else None,
             after_write=after_write)
         result = update.result
-        processes, proc_error = hypeman_processes(params["proc_root"])
-        if proc_error:
-            self.module.warn("could not tell whether hypeman is running: %s" % proc_error)
-        elif processes and update.changed:
-            pids = ", ".join(str(p["pid"]) for p in processes)
-            if check_mode:
-                self.module.warn("hypeman is running (pid %s): it keeps the store in memory and overwrites the "
-                                 "file on its next report. Stop hypeman before this edit and start it after."
-                                 % pids)
-            else:
-                self.module.warn("hypeman is running (pid %s): restart it now (systemctl restart hypeman) so it "
-                                 "loads this edit; its next report would otherwise overwrite the file from memory."
-                                 % pids)
+        processes = warn_if_store_edited_while_running(self.module, params["proc_root"], update.changed)
         output = dict(
             changed=update.changed,
             outcomes=result["outcomes"],

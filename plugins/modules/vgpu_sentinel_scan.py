@@ -68,7 +68,9 @@ notes:
     moves no cursor and writes nothing.
   - hypeman reads its store only at startup and overwrites it from memory on its next report. When
     hypeman is running, prefer its own sentinel, or stop it before a O(record=true) run and start
-    it right after.
+    it right after. With O(record=true) the module warns when it changed the store (in check mode,
+    would change it) while a C(hypeman-api)/C(hypeman) process runs, and when it cannot tell from
+    O(proc_root) whether one runs, as M(hypeman.vgpu.vf_health) does.
 seealso:
   - module: hypeman.vgpu.vf_health
   - module: hypeman.vgpu.vf_health_info
@@ -311,8 +313,12 @@ def _body(module):
         module.warn(warning)
 
     update = store_result.get("update")
+    changed = bool(update and update.changed)
+    if params["record"]:
+        # The same check as vf_health: a store edit while hypeman runs is lost at its next report.
+        _hypeman.warn_if_store_edited_while_running(module, params["proc_root"], changed)
     result = {
-        "changed": bool(update and update.changed),
+        "changed": changed,
         "findings": report.findings,
         "history": report.history,
         "scanned": report.scanned,

@@ -144,30 +144,20 @@ class Record(object):
         return out
 
 
-def _str_field(obj, key, where):
-    value = obj.get(key, "")
-    if value is None:
-        return ""
-    if not isinstance(value, str):
-        raise StoreError("unmarshal VF health state: json: cannot unmarshal %s into Go struct field %s.%s of type string"
-                         % (_json_kind(value), where, key))
-    return value
+_PKG = "devices"
+_INT64_MIN, _INT64_MAX = -(1 << 63), (1 << 63) - 1
 
 
-def _time_field(obj, key, where):
-    value = obj.get(key)
-    if value is None:
-        return None
-    if not isinstance(value, str):
-        raise StoreError("unmarshal VF health state: json: cannot unmarshal %s into Go struct field %s.%s of type time.Time"
-                         % (_json_kind(value), where, key))
-    try:
-        return GoTime.parse(value)
-    except ValueError as err:
-        raise StoreError("unmarshal VF health state: %s" % err)
+class _FloatText(float):
+    """A JSON number with a fraction or exponent; keeps its text, which Go's error quotes ("number 1.0")."""
+
+    def __new__(cls, text):
+        number = float.__new__(cls, text)
+        number.text = text
+        return number
 
 
-def _json_kind(value):
+def _kind(value):
     if isinstance(value, bool):
         return "bool"
     if isinstance(value, (int, float)):
@@ -179,46 +169,128 @@ def _json_kind(value):
     return "string"
 
 
+def _fields(obj):
+    """An object's members in document order, keys folded as Go matches them (ASCII case-insensitive)."""
+    return [(key.lower() if key.isascii() else key, value) for key, value in obj.items()]
+
+
+class _GoUnmarshal(object):
+    """Go's ``json.Unmarshal(data, &vfHealthFile{})`` on a parsed document (§1.2 types).
+
+    As in Go: ``null`` leaves a field as it is; the first type mismatch is
+    kept and decoding goes on; a ``time.Time`` error stops at once. The error
+    names the innermost struct type and the full field path (Go 1.20+).
+    """
+
+    def __init__(self):
+        self.saved = None
+
+    def type_error(self, kind, go_type, struct=None, path=()):
+        if self.saved is not None:
+            return
+        if struct:
+            self.saved = "json: cannot unmarshal %s into Go struct field %s.%s of type %s" % (
+                kind, struct, ".".join(path), go_type)
+        else:
+            self.saved = "json: cannot unmarshal %s into Go value of type %s" % (kind, go_type)
+
+    @staticmethod
+    def time(value):
+        if not isinstance(value, str):
+            raise StoreError("unmarshal VF health state: Time.UnmarshalJSON: input is not a JSON string")
+        try:
+            return GoTime.parse(value)
+        except ValueError as err:
+            raise StoreError("unmarshal VF health state: %s" % err)
+
+    def string(self, value, struct, path, default):
+        if value is None:
+            return default
+        if isinstance(value, str):
+            return value
+        self.type_error(_kind(value), "string", struct, path)
+        return default
+
+    def int(self, value, struct, path, default):
+        if value is None:
+            return default
+        if isinstance(value, int) and not isinstance(value, bool) and _INT64_MIN <= value <= _INT64_MAX:
+            return value
+        if isinstance(value, _FloatText):
+            self.type_error("number " + value.text, "int", struct, path)
+        elif isinstance(value, int) and not isinstance(value, bool):
+            self.type_error("number %d" % value, "int", struct, path)
+        else:
+            self.type_error(_kind(value), "int", struct, path)
+        return default
+
+    def slice(self, value, elem_type, decode_elem, struct, path, default):
+        """A list of decoded elements; None for a nil slice."""
+        if value is None:
+            return None
+        if not isinstance(value, list):
+            self.type_error(_kind(value), "[]%s.%s" % (_PKG, elem_type), struct, path)
+            return default
+        out = []
+        for item in value:
+            if item is not None and not isinstance(item, dict):
+                self.type_error(_kind(item), "%s.%s" % (_PKG, elem_type), struct, path)
+                item = None
+            out.append(decode_elem(item or {}, path))
+        return out
+
+    def failure(self, obj, path):
+        instance_id, assigned_at, reported_at = "", "", None
+        for key, value in _fields(obj):
+            if key == "instance_id":
+                instance_id = self.string(value, "vfInitFailure", path + (key,), instance_id)
+            elif key == "assigned_at":
+                assigned_at = self.string(value, "vfInitFailure", path + (key,), assigned_at)
+            elif key == "reported_at" and value is not None:
+                reported_at = self.time(value)
+        return (instance_id, assigned_at, reported_at)
+
+    def record(self, obj, path):
+        vf_address, failures, quarantined_at = "", None, None
+        for key, value in _fields(obj):
+            if key == "vf_address":
+                vf_address = self.string(value, "vfHealthRecord", path + (key,), vf_address)
+            elif key == "failures":
+                failures = self.slice(value, "vfInitFailure", self.failure, "vfHealthRecord", path + (key,), failures)
+            elif key == "quarantined_at":
+                quarantined_at = None if value is None else self.time(value)
+        return Record(vf_address, failures, quarantined_at)
+
+    def file(self, doc):
+        """``(version, records)``; records is None when the slice is nil."""
+        version, records = 0, None
+        if doc is None:
+            return version, records
+        if not isinstance(doc, dict):
+            self.type_error(_kind(doc), "%s.vfHealthFile" % _PKG)
+            return version, records
+        for key, value in _fields(doc):
+            if key == "version":
+                version = self.int(value, "vfHealthFile", (key,), version)
+            elif key == "records":
+                records = self.slice(value, "vfHealthRecord", self.record, "vfHealthFile", (key,), records)
+        return version, records
+
+
 def parse_store(data):
     """Bytes of ``vf-health.json`` -> ``{address: Record}``; raises StoreError (§1.3 order)."""
     try:
-        doc = json.loads(data.decode("utf-8") if isinstance(data, bytes) else data)
+        doc = json.loads(data.decode("utf-8") if isinstance(data, bytes) else data, parse_float=_FloatText)
     except ValueError as err:
         raise StoreError("unmarshal VF health state: %s" % err)
-    if not isinstance(doc, dict):
-        # The legacy L0 file is a bare array: a current build cannot unmarshal it.
-        raise StoreError("unmarshal VF health state: json: cannot unmarshal %s into Go value of type "
-                         "devices.vfHealthState" % _json_kind(doc))
-    version = doc.get("version", 0)
-    if isinstance(version, bool) or not isinstance(version, int):
-        raise StoreError("unmarshal VF health state: json: cannot unmarshal %s into Go struct field "
-                         "vfHealthState.version of type int" % _json_kind(version))
-    raw_records = doc.get("records")
-    if raw_records is not None and not isinstance(raw_records, list):
-        raise StoreError("unmarshal VF health state: json: cannot unmarshal %s into Go struct field "
-                         "vfHealthState.records of type []devices.vfHealthRecord" % _json_kind(raw_records))
-    records = []
-    for raw in raw_records or []:
-        if not isinstance(raw, dict):
-            raise StoreError("unmarshal VF health state: json: cannot unmarshal %s into Go value of type "
-                             "devices.vfHealthRecord" % _json_kind(raw))
-        failures = []
-        raw_failures = raw.get("failures") or []
-        if not isinstance(raw_failures, list):
-            raise StoreError("unmarshal VF health state: json: cannot unmarshal %s into Go struct field "
-                             "vfHealthRecord.failures" % _json_kind(raw_failures))
-        for item in raw_failures:
-            if not isinstance(item, dict):
-                raise StoreError("unmarshal VF health state: json: cannot unmarshal %s into Go value of type "
-                                 "devices.vfInitFailure" % _json_kind(item))
-            failures.append((_str_field(item, "instance_id", "vfInitFailure"),
-                             _str_field(item, "assigned_at", "vfInitFailure"),
-                             _time_field(item, "reported_at", "vfInitFailure")))
-        records.append(Record(_str_field(raw, "vf_address", "vfHealthRecord"), failures,
-                              _time_field(raw, "quarantined_at", "vfHealthRecord")))
+    # The legacy L0 file is a bare array: a current build cannot unmarshal it into vfHealthFile.
+    decoder = _GoUnmarshal()
+    version, records = decoder.file(doc)
+    if decoder.saved is not None:
+        raise StoreError("unmarshal VF health state: %s" % decoder.saved)
     if version != 1:
         raise StoreError("validate VF health state: unsupported version %d" % version)
-    if raw_records is None:
+    if records is None:
         raise StoreError("validate VF health state: expected a records array")
     out = {}
     for index, record in enumerate(records):

@@ -64,6 +64,12 @@ def invalid_store(tree):
     tree.write_store(raw='{"version": 2, "records": []}')
 
 
+def legacy_store(tree):
+    card = tree.add_card("L40S", "0000:82:00.0", numvfs=4)
+    tree.set_current_type(card.vfs[0], "NVIDIA L40S-4Q")
+    tree.write_store(raw='[{"vf_address": "0000:82:00.4", "wedge_count": 1}]')  # L0: a bare array
+
+
 def mdev_card(tree):
     card = tree.add_card("L40S", "0000:82:00.0", numvfs=3, framework="mdev")
     tree.set_current_type(card.vfs[0], "NVIDIA L40S-4Q")
@@ -72,7 +78,7 @@ def mdev_card(tree):
 
 @pytest.mark.parametrize("layout", [two_cards_with_instances, empty_card_one_quarantine,
                                     dirty_vf_and_pinned_creatable, lowered_threshold_at_load, invalid_store,
-                                    mdev_card])
+                                    legacy_store, mdev_card])
 def test_resources_match_vgpu_placement_info(tmp_path, capsys, layout):
     tree = HostTree(tmp_path)
     layout(tree)

@@ -9,6 +9,7 @@ import os
 
 import pytest
 
+from ansible_collections.hypeman.vgpu.plugins.module_utils import _store as collection_store
 from ansible_collections.hypeman.vgpu.tests.sim import store as simstore
 from ansible_collections.hypeman.vgpu.tests.sim.store import GoTime, StoreError, VFHealthStore
 
@@ -164,3 +165,48 @@ def test_write_failure_before_rename_rolls_back(tmp_path):
     with pytest.raises(StoreError):
         store.report_failure("0000:82:00.4", "a", "t1")
     assert store.records == {} and path.read_text() == '{"version": 1, "records": []}'
+
+
+LEGACY_ERROR = ("unmarshal VF health state: json: cannot unmarshal array into Go value of type "
+                "devices.vfHealthFile")
+
+
+@pytest.mark.parametrize("text", ["[]", '[{"vf_address": "0000:82:00.4", "wedge_count": 1}]'])
+def test_legacy_store_error_names_hypemans_go_type(tmp_path, text):
+    # hypeman decodes into lib/devices/vf_health.go's vfHealthFile; its API reports this text.
+    with pytest.raises(StoreError) as err:
+        simstore.parse_store(text)
+    assert str(err.value) == LEGACY_ERROR
+    store, _path = _store(tmp_path, text)
+    assert store.unavailable_reason() == "VF health state unavailable: " + LEGACY_ERROR
+
+
+def _record(extra):
+    return '{"version":1,"records":[%s]}' % extra
+
+
+@pytest.mark.parametrize("text", [
+    "[]", '"x"', "5", "true", "null", "{}",
+    '{"version":"1","records":[]}', '{"version":1.0,"records":[]}', '{"version":1e0,"records":[]}',
+    '{"version":99999999999999999999,"records":[]}', '{"version":null,"records":[]}', '{"VERSION":"1","records":[]}',
+    '{"version":1,"records":{}}', '{"version":1,"records":"x"}', '{"version":1,"records":[true]}',
+    '{"version":1,"records":[null]}', '{"version":"x","records":{}}', '{"records":{},"version":"x"}',
+    _record('{"vf_address":5,"quarantined_at":"2026-01-01T00:00:00Z"}'),
+    _record('{"vf_address":[],"quarantined_at":"2026-01-01T00:00:00Z"}'),
+    _record('{"vf_address":"0000:82:00.4","failures":{}}'),
+    _record('{"vf_address":"0000:82:00.4","failures":[1]}'),
+    _record('{"vf_address":"0000:82:00.4","failures":[null]}'),
+    _record('{"vf_address":"0000:82:00.4","failures":[{"instance_id":5,"reported_at":"2026-01-01T00:00:00Z"}]}'),
+    _record('{"vf_address":"0000:82:00.4","failures":[{"assigned_at":{},"reported_at":"2026-01-01T00:00:00Z"}]}'),
+    _record('{"vf_address":"0000:82:00.4","quarantined_at":5}'),
+    _record('{"vf_address":5,"quarantined_at":5}'),
+    _record('{"vf_address":"0000:82:00.4","failures":[{"reported_at":true}]}'),
+    _record('{"vf_address":"0000:82:00.4","quarantined_at":null}'),
+])
+def test_unmarshal_errors_match_the_collection(text):
+    # Two independent readings of hypeman's decoder: the stand-in and the collection's store must agree.
+    expected = collection_store.parse_store_bytes("/x/gpu/vf-health.json", text.encode("utf-8")).error
+    assert expected is not None
+    with pytest.raises(StoreError) as err:
+        simstore.parse_store(text)
+    assert str(err.value) == expected

@@ -10,8 +10,11 @@ import shutil
 
 import pytest
 
+from ansible.module_utils.common import warnings as ansible_warnings
 from ansible.module_utils.testing import patch_module_args
 
+from ansible_collections.hypeman.vgpu.plugins.module_utils import _proc
+from ansible_collections.hypeman.vgpu.plugins.module_utils._errors import VgpuError
 from ansible_collections.hypeman.vgpu.plugins.modules import vgpu_sentinel_scan
 from ansible_collections.hypeman.vgpu.tests.sim import guestlog
 from ansible_collections.hypeman.vgpu.tests.sim.hosttree import HostTree
@@ -41,13 +44,16 @@ class Host(object):
 
     def run(self, capsys, check_mode=False, diff=False, **args):
         params = {"data_dir": self.tree.data_dir, "state_dir": self.tree.state_dir,
-                  "config_path": self.tree.config_path, "_ansible_check_mode": check_mode,
-                  "_ansible_diff": diff}
+                  "proc_root": self.tree.proc_root, "config_path": self.tree.config_path,
+                  "_ansible_check_mode": check_mode, "_ansible_diff": diff}
         params.update(args)
+        ansible_warnings._global_warnings.clear()  # module warnings are process-global
         with patch_module_args(params):
             with pytest.raises(SystemExit):
                 vgpu_sentinel_scan.main()
-        return json.loads(capsys.readouterr().out)
+        result = json.loads(capsys.readouterr().out)
+        result["warning_texts"] = list(ansible_warnings.get_warning_messages())
+        return result
 
     def store(self):
         try:
@@ -281,3 +287,46 @@ def test_unusable_state_dir_fails_cleanly_and_records_nothing(host, capsys):
     assert result["failed"] is True
     assert result["msg"].startswith("cannot use sentinel state directory %s/sentinel" % host.tree.state_dir)
     assert host.store() is None
+
+
+# --- hypeman running: it would overwrite a recorded edit from memory ------------------------------
+
+
+def test_recording_while_hypeman_runs_warns_to_restart_it(host, capsys):
+    pid = host.tree.add_process(comm="hypeman-api", cmdline=["/opt/hypeman/bin/hypeman-api"])
+    app = host.boot("inst-a", CLAIMED_NS)
+    guestlog.append(app, guestlog.report("failed", CLAIMED_NS + 27 * SEC))
+    assert host.run(capsys)["warning_texts"] == []  # findings only: the store is not touched
+    check = host.run(capsys, check_mode=True, record=True)
+    assert check["changed"] is True
+    assert check["warning_texts"] == [
+        "hypeman is running (pid %d): it keeps the store in memory and overwrites the file on its next report. "
+        "Stop hypeman before this edit and start it after." % pid]
+    result = host.run(capsys, record=True)
+    assert result["changed"] is True and host.vf in host.records()
+    assert result["warning_texts"] == [
+        "hypeman is running (pid %d): restart it now (systemctl restart hypeman) so it loads this edit; "
+        "its next report would otherwise overwrite the file from memory." % pid]
+    again = host.run(capsys, record=True)
+    assert again["changed"] is False and again["warning_texts"] == []  # no edit, nothing to lose
+
+
+def test_recording_without_hypeman_does_not_warn(host, capsys):
+    host.tree.add_process(comm="sleep", cmdline=["sleep", "60"])
+    app = host.boot("inst-a", CLAIMED_NS)
+    guestlog.append(app, guestlog.report("failed", CLAIMED_NS + 27 * SEC))
+    result = host.run(capsys, record=True)
+    assert result["changed"] is True and result["warning_texts"] == []
+
+
+def test_recording_warns_when_it_cannot_tell_whether_hypeman_runs(host, capsys, monkeypatch):
+    def unreadable(proc_root, names):
+        raise VgpuError("cannot list processes in %s: Permission denied" % proc_root)
+
+    monkeypatch.setattr(_proc, "find_processes", unreadable)
+    app = host.boot("inst-a", CLAIMED_NS)
+    guestlog.append(app, guestlog.report("failed", CLAIMED_NS + 27 * SEC))
+    result = host.run(capsys, record=True)
+    assert result["changed"] is True and host.vf in host.records()
+    assert result["warning_texts"] == ["could not tell whether hypeman is running: cannot list processes in %s: "
+                                       "Permission denied" % host.tree.proc_root]
