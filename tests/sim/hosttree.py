@@ -9,6 +9,7 @@ like the real host, rooted at ``root``::
 
     sys/    bus/pci/devices/<addr> -> ../../../devices/pci<dom>:<bus>/<addr>
             PF: vendor device class sriov_totalvfs sriov_numvfs virtfn<N>
+            other devices: vendor device class [sriov_totalvfs sriov_numvfs]
             VF: physfn iommu_group vfio-dev/vfio<N> nvidia/creatable_vgpu_types
                 nvidia/current_vgpu_type          (vendor-VFIO cards)
             class/mdev_bus/<vf>, <vf>/mdev_supported_types/*, bus/mdev/devices/*
@@ -188,6 +189,7 @@ class HostTree(object):
         self.store_path = os.path.join(self.data_dir, "gpu", "vf-health.json")
         self.boot_id = boot_id
         self.cards = {}          # pf address -> Card
+        self.devices = {}        # address -> description, PCI devices that are not cards (add_device)
         self.vf_info = {}        # vf address -> dict(card, iommu_group, vfio, index)
         self.instances = {}      # id -> description
         self.processes = {}      # pid -> description
@@ -240,11 +242,12 @@ class HostTree(object):
             return self.vf_address(pf, int(index))
         return ref
 
-    def _add_pci_device(self, address, device_id, extra_files):
+    def _add_pci_device(self, address, device_id, extra_files, vendor=NVIDIA_VENDOR, pci_class=GPU_CLASS,
+                        driver="nvidia"):
         real = self.device_dir(address)
         _mkdir(real)
-        files = {"vendor": NVIDIA_VENDOR, "device": device_id, "class": GPU_CLASS,
-                 "subsystem_vendor": NVIDIA_VENDOR, "numa_node": "0"}
+        files = {"vendor": vendor, "device": device_id, "class": pci_class,
+                 "subsystem_vendor": vendor, "numa_node": "0"}
         files.update(extra_files)
         for name, value in files.items():
             self._write(os.path.join(real, name), "%s\n" % value)
@@ -255,11 +258,33 @@ class HostTree(object):
                    os.path.join(self.sysfs_root, "kernel", "iommu_groups", str(group), "devices", address))
         self._link(os.path.relpath(os.path.join(self.sysfs_root, "kernel", "iommu_groups", str(group)), real),
                    os.path.join(real, "iommu_group"))
-        self._link(os.path.relpath(os.path.join(self.sysfs_root, "bus", "pci", "drivers", "nvidia"), real),
+        _mkdir(os.path.join(self.sysfs_root, "bus", "pci", "drivers", driver))
+        self._link(os.path.relpath(os.path.join(self.sysfs_root, "bus", "pci", "drivers", driver), real),
                    os.path.join(real, "driver"))
         self._link(os.path.relpath(real, os.path.join(self.sysfs_root, "bus", "pci", "devices")),
                    self.pci_path(address))
         return real, group
+
+    # ------------------------------------------------------------ other devices
+    def add_device(self, address, vendor=NVIDIA_VENDOR, device="0x1eb8", pci_class=GPU_CLASS, sriov_totalvfs=None,
+                   driver="nvidia"):
+        """Add a PCI device that is not a vGPU card, to be refused as one.
+
+        The defaults make an NVIDIA GPU without SR-IOV (a T4: no ``sriov_*``
+        files). ``sriov_totalvfs`` (an int, 0 included) adds ``sriov_totalvfs``
+        and ``sriov_numvfs`` (0); another ``vendor`` (e.g. ``0x8086`` with
+        ``pci_class`` ``0x020000`` and ``driver`` ``ice``) makes another
+        vendor's SR-IOV device. Returns the device's sysfs directory.
+        """
+        if address in self.cards or address in self.devices or address in self.vf_info:
+            raise ValueError("PCI device %s already exists" % address)
+        extra = {}
+        if sriov_totalvfs is not None:
+            extra = {"sriov_totalvfs": int(sriov_totalvfs), "sriov_numvfs": 0}
+        real, _group = self._add_pci_device(address, device, extra, vendor=vendor, pci_class=pci_class, driver=driver)
+        self.devices[address] = {"address": address, "vendor": vendor, "device": device, "class": pci_class,
+                                 "sriov_totalvfs": sriov_totalvfs, "driver": driver}
+        return real
 
     # ------------------------------------------------------------------ cards
     def add_card(self, model, address, numvfs=None, minor=None, framework="vendor-vfio", realistic=True):
@@ -276,7 +301,7 @@ class HostTree(object):
         model = MODELS[model] if not isinstance(model, Model) else model
         if framework not in ("vendor-vfio", "mdev"):
             raise ValueError("framework must be vendor-vfio or mdev, not %r" % (framework,))
-        if address in self.cards:
+        if address in self.cards or address in self.devices:
             raise ValueError("card %s already exists" % address)
         numvfs = model.total_vfs if numvfs is None else int(numvfs)
         if not 0 <= numvfs <= model.total_vfs:
@@ -639,6 +664,7 @@ class HostTree(object):
             "dev_root": self.dev_root, "data_dir": self.data_dir, "state_dir": self.state_dir,
             "config_path": self.config_path, "store_path": self.store_path, "boot_id": self.boot_id,
             "cards": [self.cards[a].describe() for a in sorted(self.cards)],
+            "devices": [self.devices[a] for a in sorted(self.devices)],
             "vfs": {vf: {"card": i["card"], "index": i["index"], "iommu_group": i["iommu_group"],
                          "vfio": i["vfio"], "type": i.get("type", 0), "nodes": self.vf_nodes(vf)}
                     for vf, i in sorted(self.vf_info.items())},
@@ -696,6 +722,8 @@ def build_from_layout(root, layout):
     - ``cards``: ``[{model, address, numvfs, minor, framework, realistic,
       types: {vf: profile}, creatable: {vf: [names]}, creatable_raw: {vf: text}}]``
       (``vf`` is an address or ``<pf>@<index>``);
+    - ``devices``: ``[{address, vendor, device, class, sriov_totalvfs, driver}]``,
+      PCI devices that are not cards (see :meth:`HostTree.add_device`);
     - ``instances``: ``[{id, vf, profile, name, build, claimed_at, liveness, pid,
       hypervisor, retained_for_cleanup, set_type, framework, extra}]``
       (see :meth:`HostTree.add_instance`);
@@ -715,6 +743,11 @@ def build_from_layout(root, layout):
             tree.set_creatable(vf, types=names)
         for vf, raw in sorted(spec.get("creatable_raw", {}).items()):
             tree.set_creatable(vf, raw=raw)
+    for spec in layout.get("devices", []):
+        spec = dict(spec)
+        if "class" in spec:
+            spec["pci_class"] = spec.pop("class")
+        tree.add_device(**spec)
     for spec in layout.get("instances", []):
         spec = dict(spec)
         instance_id = spec.pop("id")

@@ -145,3 +145,35 @@ def test_cli_builds_from_json_layout(tmp_path):
                           "--layout", '{"cards": [{"model": "L40S"}]}'], cwd=repo, capture_output=True, text=True,
                          check=False)
     assert bad.returncode == 2 and "bad layout" in bad.stderr
+
+
+def test_devices_that_are_not_cards(tmp_path):
+    layout = {"cards": [{"model": "L40S", "address": "0000:82:00.0", "numvfs": 1}],
+              "devices": [{"address": "0000:3b:00.0"},
+                          {"address": "0000:3c:00.0", "sriov_totalvfs": 0},
+                          {"address": "0000:17:00.0", "vendor": "0x8086", "device": "0x1593", "class": "0x020000",
+                           "sriov_totalvfs": 64, "driver": "ice"}]}
+    tree = hosttree.build_from_layout(str(tmp_path), layout)
+    # An NVIDIA GPU without SR-IOV: vendor files, a driver, no sriov_* files.
+    t4 = tree.pci_path("0000:3b:00.0")
+    assert os.path.islink(t4)
+    assert open(os.path.join(t4, "vendor")).read() == "0x10de\n"
+    assert os.path.basename(os.readlink(os.path.join(t4, "driver"))) == "nvidia"
+    assert not os.path.exists(os.path.join(t4, "sriov_totalvfs"))
+    assert open(tree.pci_path("0000:3c:00.0", "sriov_totalvfs")).read() == "0\n"
+    nic = tree.pci_path("0000:17:00.0")
+    assert open(os.path.join(nic, "vendor")).read() == "0x8086\n"
+    assert open(os.path.join(nic, "class")).read() == "0x020000\n"
+    assert open(os.path.join(nic, "sriov_totalvfs")).read() == "64\n"
+    assert open(os.path.join(nic, "sriov_numvfs")).read() == "0\n"
+    assert os.path.basename(os.readlink(os.path.join(nic, "driver"))) == "ice"
+    # None of them is a card or a VF.
+    described = tree.describe()
+    assert [c["address"] for c in described["cards"]] == ["0000:82:00.0"]
+    assert list(described["vfs"]) == ["0000:82:00.4"]
+    assert [d["address"] for d in described["devices"]] == ["0000:17:00.0", "0000:3b:00.0", "0000:3c:00.0"]
+    assert described["devices"][0]["class"] == "0x020000"
+    with pytest.raises(ValueError, match="already exists"):
+        tree.add_device("0000:82:00.0")
+    with pytest.raises(ValueError, match="already exists"):
+        tree.add_card("L40S", "0000:3b:00.0")
