@@ -1,7 +1,7 @@
 # -*- coding: utf-8 -*-
 # Copyright: hypeman.vgpu contributors
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
-"""A simulated fleet for the fleet audit tests and ``bench/fleet.py`` (test equipment).
+"""A simulated fleet for the fleet audit tests, ``recover_gpu_breaker`` and ``bench/fleet.py`` (test equipment).
 
 Each host is its own tree built with ``tests/sim/hosttree.py`` (two A100 cards,
 16 VFs each, two running instances on the first card) plus one problem class,
@@ -119,6 +119,12 @@ def _metadata(tree, a, b):
     return ["unreadable_metadata"]
 
 
+def _novfs(tree, a, b):
+    # SR-IOV left without VFs (an interrupted cycle): the card gives no slots.
+    tree.remove_vfs(b.address)
+    return []
+
+
 def _config(tree, a, b):
     tree.write_config(raw="gpu:\n  vf_quarantine_threshold: zero  # a typo hypeman would refuse\n")
     return ["audit_incomplete"]
@@ -127,7 +133,7 @@ def _config(tree, a, b):
 PROBLEMS = {
     "ok": _ok, "legacy": _legacy, "invalid": _invalid, "drained": _drained, "draining": _draining,
     "overflow": _overflow, "sentinel": _sentinel, "pending": _pending, "stale": _stale, "below": _below,
-    "metadata": _metadata, "config": _config,
+    "metadata": _metadata, "config": _config, "novfs": _novfs,
 }
 # The benchmark's mix: mostly healthy hosts, some quarantines, some findings.
 MIX = ("ok", "ok", "overflow", "ok", "sentinel", "ok", "below", "drained", "ok", "pending")

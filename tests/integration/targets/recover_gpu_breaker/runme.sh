@@ -1,0 +1,110 @@
+#!/usr/bin/env bash
+# The fleet circuit breaker of playbooks/recover_gpu.yml over a simulated
+# fleet (fleet_audit's fixture: local connection, one tree per host):
+#   ok-000, ok-001: two A100s (16 VFs) each, card A 14 allocatable, card B 16;
+#   drained-002:    card B drained (every VF quarantined);
+#   novfs-003:      card B left by SR-IOV without VFs (sriov_numvfs 0);
+#   unreachable-000: nothing listens there.
+# Every run here must end refused, with every tree unchanged: by the breaker,
+# by the input checks, or (once the breaker passes) by sr_iov_cycle's
+# preflight, since no host allowlists a card (hypeman_vgpu_allowed_gpus empty).
+set -eux
+here=$(cd "$(dirname "$0")" && pwd)
+fleet="$here/../fleet_audit"
+py=$(command -v python)
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+fixture() { "$py" "$fleet/fleet_fixture.py" "$@"; }
+CARD_A=0000:82:00.0
+CARD_B=0000:83:00.0
+BREAKER="Circuit breaker: recovering would put"
+PASSED="is not on this host's allowlist of cards automation may cycle"
+
+fixture build --dir "$work" --hosts ok,ok,drained,novfs --unreachable 1 > /dev/null
+fixture checksum --dir "$work" > "$work/tree-0.json"
+
+# refused NAME EXPECTED_RC ARGS...: run the playbook into $work/NAME.log; it must
+# exit EXPECTED_RC and leave every tree as it was.
+refused() {
+  local name=$1 expected_rc=$2 rc=0; shift 2
+  ansible-playbook -i "$work/inventory.json" hypeman.vgpu.recover_gpu "$@" > "$work/$name.log" 2>&1 || rc=$?
+  cat "$work/$name.log"
+  if [ "$rc" != "$expected_rc" ]; then echo "FAIL: $name exited $rc, expected $expected_rc"; exit 1; fi
+  fixture checksum --dir "$work" > "$work/tree-$name.json"
+  "$py" "$fleet/fleet_checks.py" same-tree "$work/tree-0.json" "$work/tree-$name.json"
+}
+has() { grep -qF -- "$2" "$work/$1.log" || { echo "FAIL: $1: no '$2'"; exit 1; }; }
+lacks() { if grep -qF -- "$2" "$work/$1.log"; then echo "FAIL: $1: unexpected '$2'"; exit 1; fi; }
+# Nothing of the recovery play ran (after any_errors_fatal its banners may
+# still print, one per serial batch, with no task under them).
+no_recovery() {
+  lacks "$1" "TASK [Recover GPU | Recover "
+  lacks "$1" "TASK [hypeman.vgpu.sr_iov_cycle"
+}
+# The breaker passed: the first host's role refused the card in preflight.
+breaker_passed() {
+  lacks "$1" "$BREAKER"
+  has "$1" "$2 $PASSED (sr_iov_cycle_allowed_gpus / hypeman_vgpu_allowed_gpus: []). Refusing: nothing was drained or stopped."
+  has "$1" "fatal: [$3]: FAILED!"
+}
+
+# 1. A card elsewhere is already drained: recovering card A would put 2 out at once.
+#    Fleet: 14 + 16 (x2) + 14 = 74 allocatable; card A gives 14 (18.9%).
+fleet3=ok-000,ok-001,drained-002
+refused cards 2 -e target_hosts=$fleet3 -e target_gpu=$CARD_A
+has cards "$BREAKER 2 card(s) out at once (limit max_cards_in_recovery=1; already out: drained-002 $CARD_B) and take 18.9% of the fleet's allocatable slots (limit max_capacity_loss_pct=25.0). Nothing was drained or stopped."
+lacks cards "$PASSED"
+no_recovery cards
+
+# 2. The same with max_cards_in_recovery=2: the breaker passes.
+refused cards-2 2 -e target_hosts=$fleet3 -e target_gpu=$CARD_A -e max_cards_in_recovery=2
+has cards-2 "Cards out at once during this run: 2 (limit 2); already out: drained-002 $CARD_B. Largest loss of allocatable slots: 14 of 74 (18.9%, limit 25.0%)."
+breaker_passed cards-2 $CARD_A ok-000
+
+# 3. Capacity: card B holds 16 of the two ok hosts' 60 slots (26.7% > 25%).
+refused capacity 2 -e target_hosts=ok-000,ok-001 -e target_gpu=$CARD_B
+has capacity "$BREAKER 1 card(s) out at once (limit max_cards_in_recovery=1; already out: none) and take 26.7% of the fleet's allocatable slots (limit max_capacity_loss_pct=25.0). Nothing was drained or stopped."
+lacks capacity "$PASSED"
+no_recovery capacity
+refused capacity-30 2 -e target_hosts=ok-000,ok-001 -e target_gpu=$CARD_B -e max_capacity_loss_pct=30
+has capacity-30 "Cards out at once during this run: 1 (limit 1); already out: none. Largest loss of allocatable slots: 16 of 60 (26.7%, limit 30.0%)."
+breaker_passed capacity-30 $CARD_B ok-000
+
+# 4. A card SR-IOV left without VFs is out, like a drained one.
+fleet_novfs=ok-000,ok-001,novfs-003
+refused novfs 2 -e target_hosts=$fleet_novfs -e target_gpu=$CARD_A
+has novfs "$BREAKER 2 card(s) out at once (limit max_cards_in_recovery=1; already out: novfs-003 $CARD_B) and take 18.9% of the fleet's allocatable slots (limit max_capacity_loss_pct=25.0). Nothing was drained or stopped."
+no_recovery novfs
+refused novfs-2 2 -e target_hosts=$fleet_novfs -e target_gpu=$CARD_A -e max_cards_in_recovery=2
+breaker_passed novfs-2 $CARD_A ok-000
+
+# 5. Resuming: the target card is the one already out, counted once.
+refused resume-drained 2 -e target_hosts=drained-002 -e target_gpu=$CARD_B
+has resume-drained "Cards out at once during this run: 1 (limit 1); already out: drained-002 $CARD_B. Largest loss of allocatable slots: 0 of 14 (0.0%, limit 25.0%)."
+breaker_passed resume-drained $CARD_B drained-002
+refused resume-novfs 2 -e target_hosts=novfs-003 -e target_gpu=$CARD_B
+has resume-novfs "Cards out at once during this run: 1 (limit 1); already out: novfs-003 $CARD_B."
+breaker_passed resume-novfs $CARD_B novfs-003
+
+# 6. Missing or wrong inputs: refused before any host is read.
+refused no-hosts 2 -e target_gpu=$CARD_A
+has no-hosts "Set target_hosts (a host pattern) and target_gpu, e.g. -e target_hosts=gpu-07 -e target_gpu=0000:82:00.0"
+refused empty-hosts 2 -e target_hosts= -e target_gpu=$CARD_A
+has empty-hosts "Set target_hosts (a host pattern) and target_gpu"
+refused typo-hosts 2 -e target_hosts=ok-00 -e target_gpu=$CARD_A
+has typo-hosts 'target_hosts "ok-00" matches no host of the inventory'
+refused no-gpu 2 -e target_hosts=ok-000
+has no-gpu "Set target_gpu (the parent GPU PCI address to recover, like 0000:82:00.0) for ok-000"
+for log in no-hosts empty-hosts typo-hosts no-gpu; do
+  lacks $log "Cards out at once"
+  no_recovery $log
+done
+
+# 7. A host that cannot be read stops the run before the count, even with
+#    limits that would let the others through: never counted as "not out".
+refused unreachable 4 -e target_hosts=ok-000,ok-001,unreachable-000 -e target_gpu=$CARD_A \
+  -e max_cards_in_recovery=4 -e max_capacity_loss_pct=100
+has unreachable "fatal: [unreachable-000]: UNREACHABLE!"
+lacks unreachable "Cards out at once"
+no_recovery unreachable
+echo "recover_gpu_breaker: all checks passed"
