@@ -20,4 +20,3 @@ def warning_texts(result):
             warning = (warning.get("event") or {}).get("msg", warning.get("msg"))
         texts.append(warning)
     return texts
-
