@@ -4,6 +4,7 @@
 #   ok-000, ok-001: two A100s (16 VFs) each, card A 14 allocatable, card B 16;
 #   drained-002:    card B drained (every VF quarantined);
 #   novfs-003:      card B left by SR-IOV without VFs (sriov_numvfs 0);
+#   invalid-004:    a store hypeman cannot load: placement disabled on both cards;
 #   unreachable-000: nothing listens there.
 # Every run here must end refused, with every tree unchanged: by the breaker,
 # by the input checks, or (once the breaker passes) by sr_iov_cycle's
@@ -20,7 +21,7 @@ CARD_B=0000:83:00.0
 BREAKER="Circuit breaker: recovering would put"
 PASSED="is not on this host's allowlist of cards automation may cycle"
 
-fixture build --dir "$work" --hosts ok,ok,drained,novfs --unreachable 1 > /dev/null
+fixture build --dir "$work" --hosts ok,ok,drained,novfs,invalid --unreachable 1 > /dev/null
 fixture checksum --dir "$work" > "$work/tree-0.json"
 
 # refused NAME EXPECTED_RC ARGS...: run the playbook into $work/NAME.log; it must
@@ -85,6 +86,11 @@ breaker_passed resume-drained $CARD_B drained-002
 refused resume-novfs 2 -e target_hosts=novfs-003 -e target_gpu=$CARD_B
 has resume-novfs "Cards out at once during this run: 1 (limit 1); already out: novfs-003 $CARD_B."
 breaker_passed resume-novfs $CARD_B novfs-003
+
+# 5b. A host whose store hypeman cannot load places nothing: both its cards are out.
+refused invalid 2 -e target_hosts=ok-000,ok-001,invalid-004 -e target_gpu=$CARD_A -e max_cards_in_recovery=2
+has invalid "$BREAKER 3 card(s) out at once (limit max_cards_in_recovery=2; already out: invalid-004 $CARD_A, invalid-004 $CARD_B)"
+no_recovery invalid
 
 # 6. Missing or wrong inputs: refused before any host is read.
 refused no-hosts 2 -e target_gpu=$CARD_A
