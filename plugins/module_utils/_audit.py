@@ -279,7 +279,17 @@ def classify(result, hypeman_expected=True):
             "reconcile reports them to the store (hypeman stopped around the edit)"))
     if placement is not None:
         for gpu in placement["gpus"]:
-            if gpu["drained"] and gpu["idle"]:
+            if gpu["vf_total"] == 0 and (gpu["sriov_totalvfs"] or 0) > 0:
+                # SR-IOV off on a capable card (an interrupted recovery, a manual sriov-manage -d):
+                # no VF, no slot, and no quarantine that would make any other issue show it.
+                issues.append(_issue(
+                    "warning", "card_without_vfs",
+                    "card %s has no VFs (sriov_numvfs %s of %s): it gives hypeman no slots" % (
+                        gpu["address"], gpu["sriov_numvfs"], gpu["sriov_totalvfs"]),
+                    "if a recovery was interrupted, run playbooks/recover_gpu.yml -e target_gpu=%s again (it "
+                    "resumes); otherwise enable SR-IOV (hypeman.vgpu.gpu_sriov state=enabled)" % gpu["address"],
+                    gpu["address"]))
+            elif gpu["drained"] and gpu["idle"]:
                 issues.append(_issue(
                     "warning", "card_ready_for_cycle",
                     "card %s is drained (all %d VFs quarantined) and idle" % (gpu["address"], gpu["vf_total"]),

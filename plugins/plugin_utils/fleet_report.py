@@ -149,6 +149,7 @@ def summarize(entries):
         "quarantined_vfs": 0, "quarantined_owned": 0, "quarantined_by_hypeman": 0,
         "pending_quarantine_vfs": 0, "below_threshold_vfs": 0, "stale_records": 0,
         "cards_total": 0, "cards_ready_for_cycle": 0, "cards_overflow_only": 0, "cards_draining": 0,
+        "cards_without_vfs": 0,
         "sentinel_failed": 0, "sentinel_unreported": 0,
         "slots_total": 0, "slots_allocatable": 0, "slots_quarantined": 0, "slots_lost": 0,
         "capacity_loss_pct": 0.0,
@@ -194,7 +195,9 @@ def summarize(entries):
         summary["stale_records"] += len(store.get("stale_records") or [])
         for gpu in (entry.get("placement") or {}).get("gpus") or []:
             summary["cards_total"] += 1
-            if gpu.get("drained") and gpu.get("idle"):
+            if _without_vfs(gpu):
+                summary["cards_without_vfs"] += 1
+            elif gpu.get("drained") and gpu.get("idle"):
                 summary["cards_ready_for_cycle"] += 1
                 summary["ready_for_cycle"].append({"host": host, "gpu": gpu["address"]})
             elif gpu.get("drained"):
@@ -220,6 +223,7 @@ def summarize(entries):
 _POLICY_RE = re.compile(r"^\s*([a-z_]+)\s*(?:(>=|>)\s*([0-9]+(?:\.[0-9]+)?))?\s*$")
 ISSUE_CODES = ("unreachable", "audit_failed", "no_data", "reconcile_failed", "audit_incomplete", "store_unavailable", "api_unreachable",
                "pending_quarantine", "stale_records", "sentinel_unreported", "card_ready_for_cycle",
+               "card_without_vfs",
                "card_overflow_only", "unreadable_metadata", "unreadable_vfs", "api_mismatch", "hypeman_not_running",
                "prerequisite_failed", "quarantined_vfs", "below_threshold", "card_draining")
 _HOST_MEASURES = ("host_capacity_loss_pct",)
@@ -358,7 +362,8 @@ _SUMMARY_ROWS = (
     ("quarantined_by_hypeman", "  of which by hypeman"), ("pending_quarantine_vfs", "VFs pending quarantine"),
     ("below_threshold_vfs", "VFs with failures below the threshold"), ("stale_records", "Records for vanished VFs"),
     ("cards_ready_for_cycle", "Cards ready for an SR-IOV cycle"), ("cards_overflow_only", "Overflow-only cards"),
-    ("cards_draining", "Cards draining"), ("sentinel_failed", "Sentinel failure verdicts"),
+    ("cards_draining", "Cards draining"),
+    ("cards_without_vfs", "Cards without VFs"), ("sentinel_failed", "Sentinel failure verdicts"),
     ("sentinel_unreported", "Sentinel verdicts not in the store"), ("hosts_api_mismatch", "Hosts where the API disagrees"),
     ("hosts_api_unreachable", "Hosts whose API is unreachable"), ("slots_total", "vGPU slots"),
     ("slots_lost", "Slots lost to quarantine"), ("capacity_loss_pct", "Capacity lost (%)"),
@@ -446,7 +451,13 @@ def _markdown_host(entry):
     return lines
 
 
+def _without_vfs(gpu):
+    return gpu.get("vf_total") == 0 and (gpu.get("sriov_totalvfs") or 0) > 0
+
+
 def _card_state(gpu):
+    if _without_vfs(gpu):
+        return "no VFs (SR-IOV off)"
     if gpu.get("quarantined") is None:
         return "placement disabled"
     if gpu.get("drained"):

@@ -66,6 +66,7 @@ def check_report(args):
         "hosts_store_unavailable": len([c for c in expected.values() if "store_unavailable" in c]),
         "cards_ready_for_cycle": len([c for c in expected.values() if "card_ready_for_cycle" in c]),
         "cards_draining": len([c for c in expected.values() if "card_draining" in c]),
+        "cards_without_vfs": len([c for c in expected.values() if "card_without_vfs" in c]),
     }
     for key, value in sorted(counts.items()):
         if summary[key] != value:

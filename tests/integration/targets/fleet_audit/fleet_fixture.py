@@ -122,7 +122,7 @@ def _metadata(tree, a, b):
 def _novfs(tree, a, b):
     # SR-IOV left without VFs (an interrupted cycle): the card gives no slots.
     tree.remove_vfs(b.address)
-    return []
+    return ["card_without_vfs"]
 
 
 def _config(tree, a, b):

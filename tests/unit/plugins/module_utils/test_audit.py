@@ -152,6 +152,19 @@ def test_drained_cards_idle_or_busy(tree):
     assert result["capacity"]["lost_pct"] == 100.0
 
 
+def test_card_without_vfs(tree):
+    # What an interrupted recovery leaves: SR-IOV disabled on card B, no record of it anywhere.
+    tree.remove_vfs(tree.card_b.address)
+    result = audit(tree)
+    assert codes(result) == ["card_without_vfs"]
+    issue = result["issues"][0]
+    assert issue["severity"] == "warning" and issue["subject"] == tree.card_b.address
+    assert issue["message"] == "card 0000:83:00.0 has no VFs (sriov_numvfs 0 of 16): it gives hypeman no slots"
+    assert "recover_gpu.yml -e target_gpu=0000:83:00.0" in issue["action"]
+    gpus = dict((gpu["address"], gpu) for gpu in result["placement"]["gpus"])
+    assert gpus[tree.card_b.address]["vf_total"] == 0 and gpus[tree.card_a.address]["vf_total"] == 16
+
+
 def test_stale_records(tree):
     tree.write_store([{"vf_address": "0000:99:00.4", "quarantined_at": Q_AT}])
     result = audit(tree)

@@ -118,6 +118,16 @@ def test_summary(entries):
     json.dumps(summary)
 
 
+def test_card_without_vfs_is_counted_and_shown():
+    no_vfs = dict(gpu("0000:83:00.0"), vf_total=0, sriov_numvfs=0, allocatable=0)
+    entry = fr.host_entry(audit_result([issue("warning", "card_without_vfs", "0000:83:00.0")],
+                                       gpus=[gpu("0000:82:00.0"), no_vfs]), "half")
+    report = fr.build_report([entry], policies=["card_without_vfs"])
+    assert report["summary"]["cards_without_vfs"] == 1 and report["summary"]["cards_ready_for_cycle"] == 0
+    assert [v["policy"] for v in report["policy"]["violations"]] == ["card_without_vfs"]
+    assert "| 0000:83:00.0 | 0 | 0 | 0 | 0 | no VFs (SR-IOV off) |" in fr.render_markdown(report)
+
+
 @pytest.mark.parametrize("policies, violated", [
     ([], []),
     (["store_unavailable"], ["store_unavailable"]),
