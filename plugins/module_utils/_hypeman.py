@@ -16,6 +16,7 @@ import re
 
 from ansible_collections.hypeman.vgpu.plugins.module_utils import _gotime, _proc, _store
 from ansible_collections.hypeman.vgpu.plugins.module_utils._errors import VgpuError
+from ansible_collections.hypeman.vgpu.plugins.module_utils._fileio import read_bytes
 
 DEFAULT_QUARANTINE_THRESHOLD = 2  # hypeman's defaultVFQuarantineThreshold
 
@@ -267,6 +268,14 @@ def instance_from_metadata(meta, metadata_path):
     }
 
 
+def _is_real_dir(entry):
+    """A directory that is not a symlink (what ``isdir(p) and not islink(p)`` says, from a DirEntry)."""
+    try:
+        return entry.is_dir(follow_symlinks=False)
+    except OSError:
+        return False
+
+
 def list_instances(data_dir, proc_root=None):
     """Every instance under ``<data_dir>/guests``, plus what could not be read.
 
@@ -288,20 +297,20 @@ def list_instances(data_dir, proc_root=None):
     """
     base = guests_dir(data_dir)
     try:
-        entries = sorted(os.listdir(base))
+        # scandir knows each entry's type from the directory listing: no stat per instance.
+        entries = sorted(os.scandir(base), key=lambda entry: entry.name)
     except (IOError, OSError) as err:
         if err.errno == errno.ENOENT:
             return [], []
         raise VgpuError("read guests directory %s: %s" % (base, err.strerror or err))
     instances, unreadable = [], []
-    for name in entries:
-        idir = os.path.join(base, name)
-        if not os.path.isdir(idir) or os.path.islink(idir):
+    for entry in entries:
+        if not _is_real_dir(entry):
             continue
-        path = os.path.join(idir, "metadata.json")
+        name = entry.name
+        path = os.path.join(base, name, "metadata.json")
         try:
-            with open(path, "rb") as handle:
-                data = handle.read()
+            data = read_bytes(path)
         except (IOError, OSError) as err:
             if err.errno == errno.ENOENT:
                 continue
@@ -334,6 +343,10 @@ class _NoOwner(Exception):
 _SO_ACCEPTCON = 0x10000
 
 
+def _read_text(path):
+    return read_bytes(path).decode("utf-8", "replace")
+
+
 class LivenessChecker(object):
     """Decides VMM liveness from ``proc_root`` exactly as hypeman does.
 
@@ -355,31 +368,30 @@ class LivenessChecker(object):
     def boot_id(self):
         if self._boot_id is None:
             try:
-                with open(os.path.join(self.proc_root, "sys", "kernel", "random", "boot_id")) as handle:
-                    self._boot_id = handle.read().strip()
+                self._boot_id = _read_text(os.path.join(self.proc_root, "sys", "kernel", "random", "boot_id")).strip()
             except (IOError, OSError):
                 self._boot_id = ""
         return self._boot_id
 
     def process_exists(self, pid):
         """hypeman's ProcessExists: a live, non-zombie process (unreadable state counts as live)."""
-        if pid is None or pid <= 0 or not os.path.isdir("%s/%d" % (self.proc_root, pid)):
+        if pid is None or pid <= 0:
             return False
         try:
-            with open("%s/%d/status" % (self.proc_root, pid)) as handle:
-                for line in handle:
-                    if line.startswith("State:"):
-                        fields = line.split()
-                        return len(fields) < 2 or fields[1] != "Z"
+            status = _read_text("%s/%d/status" % (self.proc_root, pid))
         except (IOError, OSError):
-            pass
+            # Read first, stat only when that fails: a process without a directory does not exist.
+            return os.path.isdir("%s/%d" % (self.proc_root, pid))
+        for line in status.splitlines():
+            if line.startswith("State:"):
+                fields = line.split()
+                return len(fields) < 2 or fields[1] != "Z"
         return True
 
     def start_time(self, pid):
         """Field 22 of ``/proc/<pid>/stat`` (clock ticks since boot), 0 when unreadable."""
         try:
-            with open("%s/%d/stat" % (self.proc_root, pid)) as handle:
-                data = handle.read()
+            data = _read_text("%s/%d/stat" % (self.proc_root, pid))
         except (IOError, OSError):
             return 0
         paren = data.rfind(")")
@@ -394,8 +406,7 @@ class LivenessChecker(object):
         if self._unix is None:
             self._unix = {}
             try:
-                with open(os.path.join(self.proc_root, "net", "unix")) as handle:
-                    lines = handle.read().splitlines()
+                lines = _read_text(os.path.join(self.proc_root, "net", "unix")).splitlines()
             except (IOError, OSError) as err:
                 self._unix = err
                 lines = []

@@ -10,14 +10,14 @@ import os
 
 from ansible_collections.hypeman.vgpu.plugins.module_utils import _sysfs
 from ansible_collections.hypeman.vgpu.plugins.module_utils._errors import VgpuError
+from ansible_collections.hypeman.vgpu.plugins.module_utils._fileio import read_bytes
 
 # Errors that mean "this process exited while we looked": skip it.
 _GONE = (errno.ENOENT, errno.ESRCH)
 
 
 def _read_proc_file(path):
-    with open(path, "rb") as handle:
-        return handle.read()
+    return read_bytes(path)
 
 
 def find_processes(proc_root, names):

@@ -19,6 +19,7 @@ import os
 import re
 
 from ansible_collections.hypeman.vgpu.plugins.module_utils._errors import VgpuError
+from ansible_collections.hypeman.vgpu.plugins.module_utils._fileio import read_bytes
 from ansible_collections.hypeman.vgpu.plugins.module_utils._store import normalize_vf_address
 
 FRAMEWORK_MDEV = "mdev"
@@ -69,8 +70,7 @@ def _is_enoent(err):
 
 
 def _read(path):
-    with open(path, "rb") as handle:
-        return handle.read().decode("utf-8", "surrogateescape")
+    return read_bytes(path).decode("utf-8", "surrogateescape")
 
 
 def go_atoi(text):

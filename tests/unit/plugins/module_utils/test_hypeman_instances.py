@@ -115,6 +115,13 @@ def test_non_instances_are_skipped_like_hypeman(tree):
     assert _hypeman.list_instances(tree.data_dir) == ([], [])
 
 
+def test_symlinked_instance_dirs_are_skipped(tree):
+    tree.add_instance("real", liveness="stopped")
+    os.symlink(os.path.join(tree.data_dir, "guests", "real"), os.path.join(tree.data_dir, "guests", "alias"))
+    instances, unreadable = _hypeman.list_instances(tree.data_dir)
+    assert [i["id"] for i in instances] == ["real"] and unreadable == []
+
+
 def test_missing_and_unreadable_guests_dir(tmp_path):
     assert _hypeman.list_instances(str(tmp_path / "nowhere")) == ([], [])
     data_dir = tmp_path / "data"
@@ -145,6 +152,20 @@ def test_liveness(tree, liveness, live, reason):
     assert reason in inst["live_reason"]
     if live is None:
         assert "hypeman counts it as live" in inst["live_reason"]
+
+
+def test_process_exists_from_proc(tree):
+    checker = _hypeman.LivenessChecker(tree.proc_root)
+    os.makedirs(os.path.join(tree.proc_root, "4242"))
+    assert checker.process_exists(4242) is True  # a process whose status cannot be read counts as live
+    with open(os.path.join(tree.proc_root, "4242", "status"), "w") as handle:
+        handle.write("Name:\tqemu\nState:\tS (sleeping)\n")
+    assert checker.process_exists(4242) is True
+    with open(os.path.join(tree.proc_root, "4242", "status"), "w") as handle:
+        handle.write("Name:\tqemu\nState:\tZ (zombie)\n")
+    assert checker.process_exists(4242) is False
+    assert checker.process_exists(4243) is False  # no /proc entry
+    assert checker.process_exists(0) is False and checker.process_exists(None) is False
 
 
 def test_unreadable_net_unix_is_ambiguous(tree):
