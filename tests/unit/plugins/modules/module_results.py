@@ -1,9 +1,25 @@
 # -*- coding: utf-8 -*-
 # Copyright: hypeman.vgpu contributors
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
-"""Reading module results in the module tests."""
+"""Running a module's main() in the module tests and reading its result."""
 
 from __future__ import annotations
+
+import json
+
+import pytest
+
+from ansible.module_utils.common import warnings as ansible_warnings
+from ansible.module_utils.testing import patch_module_args
+
+
+def run_module(main, params, capsys):
+    """Run ``main`` with ``params`` as its module arguments; return the result it printed."""
+    ansible_warnings._global_warnings.clear()  # module warnings are process-global
+    with patch_module_args(params):
+        with pytest.raises(SystemExit):
+            main()
+    return json.loads(capsys.readouterr().out)
 
 
 def warning_texts(result):

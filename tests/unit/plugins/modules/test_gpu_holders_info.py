@@ -4,24 +4,19 @@
 
 from __future__ import annotations
 
-import json
 import os
 
 import pytest
 
-from ansible.module_utils.testing import patch_module_args
-
 from ansible_collections.hypeman.vgpu.plugins.modules import gpu_holders_info
 from ansible_collections.hypeman.vgpu.tests.sim.hosttree import HostTree
+from ansible_collections.hypeman.vgpu.tests.unit.plugins.modules.module_results import run_module
 
 
 def run(tree, capsys, **args):
     params = {"sysfs_root": tree.sysfs_root, "proc_root": tree.proc_root, "dev_root": tree.dev_root}
     params.update(args)
-    with patch_module_args(params):
-        with pytest.raises(SystemExit):
-            gpu_holders_info.main()
-    return json.loads(capsys.readouterr().out)
+    return run_module(gpu_holders_info.main, params, capsys)
 
 
 @pytest.fixture

@@ -18,12 +18,9 @@ import sys
 
 import pytest
 
-from ansible.module_utils.common import warnings as ansible_warnings
-from ansible.module_utils.testing import patch_module_args
-
 from ansible_collections.hypeman.vgpu.plugins.modules import gpu_sriov
 from ansible_collections.hypeman.vgpu.tests.sim.hosttree import MODELS, HostTree, vf_addresses
-from ansible_collections.hypeman.vgpu.tests.unit.plugins.modules.module_results import warning_texts
+from ansible_collections.hypeman.vgpu.tests.unit.plugins.modules.module_results import run_module, warning_texts
 
 CARD = "0000:82:00.0"
 OTHER_CARD = "0000:c1:00.0"
@@ -87,11 +84,7 @@ class Host(object):
                   "dev_root": self.tree.dev_root, "delay": 1, "timeout": 10, "retries": 2,
                   "_ansible_check_mode": check_mode, "_ansible_diff": diff}
         params.update(args)
-        ansible_warnings._global_warnings.clear()  # module warnings are process-global
-        with patch_module_args(params):
-            with pytest.raises(SystemExit):
-                gpu_sriov.main()
-        result = json.loads(capsys.readouterr().out)
+        result = run_module(gpu_sriov.main, params, capsys)
         result["warning_texts"] = warning_texts(result)
         return result
 

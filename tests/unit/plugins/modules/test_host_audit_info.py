@@ -4,14 +4,12 @@
 
 from __future__ import annotations
 
-import json
 
 import pytest
 
-from ansible.module_utils.testing import patch_module_args
-
 from ansible_collections.hypeman.vgpu.plugins.modules import host_audit_info
 from ansible_collections.hypeman.vgpu.tests.sim.hosttree import HostTree
+from ansible_collections.hypeman.vgpu.tests.unit.plugins.modules.module_results import run_module
 
 Q_AT = "2026-08-22T00:00:00Z"
 
@@ -20,10 +18,7 @@ def run(tree, capsys, **args):
     params = {"data_dir": tree.data_dir, "sysfs_root": tree.sysfs_root, "proc_root": tree.proc_root,
               "dev_root": tree.dev_root, "config_path": tree.config_path, "state_dir": tree.state_dir}
     params.update(args)
-    with patch_module_args(params):
-        with pytest.raises(SystemExit):
-            host_audit_info.main()
-    return json.loads(capsys.readouterr().out)
+    return run_module(host_audit_info.main, params, capsys)
 
 
 @pytest.fixture

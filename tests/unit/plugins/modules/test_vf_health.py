@@ -6,19 +6,15 @@ from __future__ import annotations
 
 import errno
 import hashlib
-import json
 import os
 
 import pytest
-
-from ansible.module_utils.common import warnings as ansible_warnings
-from ansible.module_utils.testing import patch_module_args
 
 from ansible_collections.hypeman.vgpu.plugins.module_utils import _ledger, _proc, _store
 from ansible_collections.hypeman.vgpu.plugins.module_utils._errors import VgpuError
 from ansible_collections.hypeman.vgpu.plugins.modules import vf_health
 from ansible_collections.hypeman.vgpu.tests.sim.hosttree import HostTree
-from ansible_collections.hypeman.vgpu.tests.unit.plugins.modules.module_results import warning_texts
+from ansible_collections.hypeman.vgpu.tests.unit.plugins.modules.module_results import run_module, warning_texts
 
 CARD = "0000:82:00.0"
 ASSIGNED = "2026-08-20T15:00:00.123456789Z"
@@ -37,11 +33,7 @@ class Host(object):
                   "config_path": self.tree.config_path, "_ansible_check_mode": check_mode,
                   "_ansible_diff": diff}
         params.update(args)
-        ansible_warnings._global_warnings.clear()  # module warnings are process-global
-        with patch_module_args(params):
-            with pytest.raises(SystemExit):
-                vf_health.main()
-        result = json.loads(capsys.readouterr().out)
+        result = run_module(vf_health.main, params, capsys)
         result["warning_texts"] = warning_texts(result)
         return result
 

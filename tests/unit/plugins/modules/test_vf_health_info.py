@@ -5,16 +5,14 @@
 from __future__ import annotations
 
 import hashlib
-import json
 import os
 
 import pytest
 
-from ansible.module_utils.testing import patch_module_args
-
 from ansible_collections.hypeman.vgpu.plugins.module_utils import _ledger
 from ansible_collections.hypeman.vgpu.plugins.module_utils._gotime import parse_rfc3339
 from ansible_collections.hypeman.vgpu.plugins.modules import vf_health_info
+from ansible_collections.hypeman.vgpu.tests.unit.plugins.modules.module_results import run_module
 
 STORE = b'''{"version":1,"records":[
  {"vf_address":"0000:82:00.4","failures":[{"instance_id":"a","reported_at":"2026-08-20T15:00:00Z"},
@@ -41,10 +39,7 @@ class Info(object):
         params = {"data_dir": self.data_dir, "state_dir": self.state_dir, "config_path": self.config_path,
                   "_ansible_check_mode": check_mode}
         params.update(args)
-        with patch_module_args(params):
-            with pytest.raises(SystemExit):
-                vf_health_info.main()
-        return json.loads(capsys.readouterr().out)
+        return run_module(vf_health_info.main, params, capsys)
 
     def digest(self):
         found = {}

@@ -4,25 +4,20 @@
 
 from __future__ import annotations
 
-import json
 import os
 
 import pytest
 
-from ansible.module_utils.testing import patch_module_args
-
 from ansible_collections.hypeman.vgpu.plugins.modules import vgpu_instance_info
 from ansible_collections.hypeman.vgpu.tests.sim.hosttree import HostTree
 from ansible_collections.hypeman.vgpu.tests.unit.plugins.module_utils.api_stub import ApiStub
+from ansible_collections.hypeman.vgpu.tests.unit.plugins.modules.module_results import run_module
 
 
 def run(tree, capsys, **args):
     params = {"data_dir": tree.data_dir, "sysfs_root": tree.sysfs_root, "proc_root": tree.proc_root}
     params.update(args)
-    with patch_module_args(params):
-        with pytest.raises(SystemExit):
-            vgpu_instance_info.main()
-    return json.loads(capsys.readouterr().out)
+    return run_module(vgpu_instance_info.main, params, capsys)
 
 
 @pytest.fixture

@@ -9,11 +9,10 @@ import os
 
 import pytest
 
-from ansible.module_utils.testing import patch_module_args
-
 from ansible_collections.hypeman.vgpu.plugins.modules import vgpu_placement_info
 from ansible_collections.hypeman.vgpu.tests.sim.hosttree import HostTree
 from ansible_collections.hypeman.vgpu.tests.unit.plugins.module_utils.api_stub import ApiStub, closed_port_url
+from ansible_collections.hypeman.vgpu.tests.unit.plugins.modules.module_results import run_module
 
 Q_AT = "2026-08-22T00:00:00Z"
 
@@ -23,10 +22,7 @@ def run(tree, capsys, **args):
               "dev_root": tree.dev_root, "config_path": tree.config_path, "state_dir": tree.state_dir,
               "_ansible_check_mode": True}
     params.update(args)
-    with patch_module_args(params):
-        with pytest.raises(SystemExit):
-            vgpu_placement_info.main()
-    return json.loads(capsys.readouterr().out)
+    return run_module(vgpu_placement_info.main, params, capsys)
 
 
 @pytest.fixture

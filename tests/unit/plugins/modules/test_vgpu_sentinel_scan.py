@@ -10,14 +10,12 @@ import shutil
 
 import pytest
 
-from ansible.module_utils.common import warnings as ansible_warnings
-from ansible.module_utils.testing import patch_module_args
-
 from ansible_collections.hypeman.vgpu.plugins.module_utils import _proc
 from ansible_collections.hypeman.vgpu.plugins.module_utils._errors import VgpuError
 from ansible_collections.hypeman.vgpu.plugins.modules import vgpu_sentinel_scan
 from ansible_collections.hypeman.vgpu.tests.sim import guestlog
 from ansible_collections.hypeman.vgpu.tests.sim.hosttree import HostTree
+from ansible_collections.hypeman.vgpu.tests.unit.plugins.modules.module_results import run_module, warning_texts
 
 CLAIMED_NS = 1788177600123456789  # hosttree's default claim time
 SEC = 10 ** 9
@@ -47,12 +45,8 @@ class Host(object):
                   "proc_root": self.tree.proc_root, "config_path": self.tree.config_path,
                   "_ansible_check_mode": check_mode, "_ansible_diff": diff}
         params.update(args)
-        ansible_warnings._global_warnings.clear()  # module warnings are process-global
-        with patch_module_args(params):
-            with pytest.raises(SystemExit):
-                vgpu_sentinel_scan.main()
-        result = json.loads(capsys.readouterr().out)
-        result["warning_texts"] = list(ansible_warnings.get_warning_messages())
+        result = run_module(vgpu_sentinel_scan.main, params, capsys)
+        result["warning_texts"] = warning_texts(result)
         return result
 
     def store(self):
