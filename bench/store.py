@@ -26,7 +26,7 @@ import shutil
 import tempfile
 import time
 
-from ansible_collections.hypeman.vgpu.plugins.module_utils import _gotime, _store
+from ansible_collections.hypeman.vgpu.plugins.module_utils import _gotime, _store, _store_write
 
 BASE_NS = 1788177600123456789
 
@@ -76,7 +76,7 @@ def bench(count, workdir, rounds):
 
         def mutate(store):
             return store.quarantine(vf) if toggle[0] else store.remove(vf)
-        result = _store.update_store(path, mutate)
+        result = _store_write.update_store(path, mutate)
         assert result.changed
 
     def ours_in_memory():

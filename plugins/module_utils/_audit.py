@@ -15,7 +15,7 @@ from __future__ import annotations
 import os
 
 from ansible_collections.hypeman.vgpu.plugins.module_utils import (
-    _hypeman, _ledger, _placement, _sentinel, _store, _sysfs)
+    _hypeman, _ledger, _placement, _sentinel, _store, _store_write, _sysfs)
 from ansible_collections.hypeman.vgpu.plugins.module_utils._errors import VgpuError
 
 SEVERITIES = ("critical", "warning", "info")
@@ -55,7 +55,7 @@ def store_section(store, threshold, ledger, discovered):
         "quarantined": store.quarantined(), "owned": None, "by_hypeman": None,
         "would_quarantine": store.would_quarantine(threshold) if store.valid else [],
         "below_threshold": {}, "stale_records": [],
-        "recoverable": [] if store.valid else sorted(_store.recover_records(store.raw)),
+        "recoverable": [] if store.valid else sorted(_store_write.recover_records(store.raw)),
     }
     for vf in sorted(store.records):
         count = len(store.records[vf].failures)

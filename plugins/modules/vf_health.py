@@ -296,7 +296,7 @@ from ansible_collections.hypeman.vgpu.plugins.module_utils._errors import VgpuEr
 from ansible_collections.hypeman.vgpu.plugins.module_utils._module import host_path_spec, run_module, store_path
 from ansible_collections.hypeman.vgpu.plugins.module_utils._hypeman import (
     resolve_threshold, warn_if_store_edited_while_running)
-from ansible_collections.hypeman.vgpu.plugins.module_utils import _gotime, _ledger, _store, _sysfs
+from ansible_collections.hypeman.vgpu.plugins.module_utils import _gotime, _ledger, _store, _store_write, _sysfs
 
 
 def target_vfs(params, ledger):
@@ -393,7 +393,7 @@ class Run(object):
     def _repair(self, store):
         if store.valid:
             return {"outcomes": {}, "cleared": {}, "skipped": {}, "reevaluated": [], "previous": {}}
-        records = _store.recover_records(store.raw, self.now)
+        records = _store_write.recover_records(store.raw, self.now)
         store.replace_records(records)
         return {"outcomes": dict((vf, "quarantined") for vf in sorted(records)), "cleared": {}, "skipped": {},
                 "reevaluated": [], "previous": {}}
@@ -458,7 +458,7 @@ class Run(object):
                                 % (self.path, err.msg), changed=True)
             written.extend(entries)
 
-        update = _store.update_store(
+        update = _store_write.update_store(
             self.path, self.mutate, check_mode=check_mode, allow_invalid=(self.state == "repaired"),
             backup=(lambda path: make_backup(self.module, path))
             if (params["backup"] or self.state == "repaired") else None,

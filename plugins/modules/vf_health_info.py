@@ -177,7 +177,7 @@ from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.hypeman.vgpu.plugins.module_utils._errors import VgpuError
 from ansible_collections.hypeman.vgpu.plugins.module_utils._module import host_path_spec, run_module, store_path
 from ansible_collections.hypeman.vgpu.plugins.module_utils._hypeman import resolve_threshold
-from ansible_collections.hypeman.vgpu.plugins.module_utils import _ledger, _store
+from ansible_collections.hypeman.vgpu.plugins.module_utils import _ledger, _store, _store_write
 
 
 def body(module):
@@ -188,7 +188,7 @@ def body(module):
     path = store_path(params)
     store = _store.load_store(path)
     ledger = _ledger.read_ledger(params["state_dir"])
-    recoverable = [] if store.valid else sorted(_store.recover_records(store.raw))
+    recoverable = [] if store.valid else sorted(_store_write.recover_records(store.raw))
     return dict(
         changed=False,
         path=path,

@@ -276,7 +276,7 @@ threshold_source:
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.hypeman.vgpu.plugins.module_utils import _hypeman, _sentinel, _store
+from ansible_collections.hypeman.vgpu.plugins.module_utils import _hypeman, _sentinel, _store_write
 from ansible_collections.hypeman.vgpu.plugins.module_utils._module import host_path_spec, run_module, store_path
 
 
@@ -299,7 +299,7 @@ def _body(module):
         pending = report.unrecorded()
         if not params["record"] or not pending:
             return []
-        result = _store.update_store(
+        result = _store_write.update_store(
             path, lambda store: _sentinel.record_verdicts(store, pending, threshold), check_mode=check_mode)
         store_result["update"] = result
         if not check_mode:

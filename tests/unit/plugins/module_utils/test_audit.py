@@ -11,7 +11,7 @@ import stat
 
 import pytest
 
-from ansible_collections.hypeman.vgpu.plugins.module_utils import _audit, _gotime, _hypeman, _ledger, _sentinel, _store
+from ansible_collections.hypeman.vgpu.plugins.module_utils import _audit, _gotime, _hypeman, _ledger, _sentinel, _store_write
 from ansible_collections.hypeman.vgpu.plugins.module_utils._errors import VgpuError
 from ansible_collections.hypeman.vgpu.tests.sim import guestlog
 from ansible_collections.hypeman.vgpu.tests.sim.hosttree import HostTree
@@ -183,7 +183,7 @@ def test_sentinel_effect_is_predicted_from_the_store(tree):
     assert result["sentinel"]["unreported"] == [finding]
     assert "sentinel_unreported" in codes(result)
     # Once the store holds the verdict, nothing is unreported.
-    _store.update_store(tree.store_path, lambda store: _sentinel.record_verdicts(store, [finding], 2))
+    _store_write.update_store(tree.store_path, lambda store: _sentinel.record_verdicts(store, [finding], 2))
     result = audit(tree)
     assert result["sentinel"]["findings"][0]["effect"] == "unchanged"
     assert result["sentinel"]["unreported"] == []

@@ -8,7 +8,7 @@ import os
 
 import pytest
 
-from ansible_collections.hypeman.vgpu.plugins.module_utils import _store
+from ansible_collections.hypeman.vgpu.plugins.module_utils import _store, _store_write
 from ansible_collections.hypeman.vgpu.plugins.module_utils._errors import VgpuError
 from ansible_collections.hypeman.vgpu.plugins.module_utils._gotime import parse_rfc3339
 from ansible_collections.hypeman.vgpu.plugins.module_utils._store import (
@@ -579,7 +579,7 @@ def test_mutations_fail_closed_on_invalid_store():
 def test_recover_from_legacy_array():
     raw = (b'[{"vf_address":"0000:82:00.4","instance_id":"x","wedge_count":2,"quarantined_at":"2026-01-01T00:00:00Z"},'
            b'{"vf_address":"0000:E3:00.5","wedge_count":1}]')
-    records = _store.recover_records(raw, T2)
+    records = _store_write.recover_records(raw, T2)
     assert records == {
         "0000:82:00.4": Record("0000:82:00.4", (), parse_rfc3339("2026-01-01T00:00:00Z")),
         "0000:e3:00.5": Record("0000:e3:00.5", (), T2),
@@ -591,7 +591,7 @@ def test_recover_from_invalid_v1_keeps_valid_failures_and_quarantines_all():
                                 '{"instance_id":"a","reported_at":"2026-01-02T00:00:00Z"},'
                                 '{"instance_id":"b","reported_at":"0001-01-01T00:00:00Z"}]'))
     assert not store_of(raw).valid
-    records = _store.recover_records(raw, T2)
+    records = _store_write.recover_records(raw, T2)
     assert records == {"0000:82:00.4": Record(
         "0000:82:00.4", (Failure("a", "", parse_rfc3339("2026-01-01T00:00:00Z")),), T2)}
     assert HealthStore("p", records=records).to_bytes()  # a store hypeman loads
@@ -599,11 +599,11 @@ def test_recover_from_invalid_v1_keeps_valid_failures_and_quarantines_all():
 
 def test_recover_from_garbage_finds_every_address():
     raw = b'{"version":1,"records":[{"vf_address":"0000:82:00.4" ... broken 0000:E3:00.5 and 1234:ab:cd.7x'
-    assert sorted(_store.recover_records(raw, T1)) == ["0000:82:00.4", "0000:e3:00.5"]
+    assert sorted(_store_write.recover_records(raw, T1)) == ["0000:82:00.4", "0000:e3:00.5"]
 
 
 def test_recover_nothing_from_nothing():
-    assert _store.recover_records(None, T1) == {} and _store.recover_records(b"", T1) == {}
+    assert _store_write.recover_records(None, T1) == {} and _store_write.recover_records(b"", T1) == {}
 
 
 def test_store_relpath_matches_module_glue():

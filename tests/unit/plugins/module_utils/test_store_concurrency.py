@@ -1,6 +1,6 @@
 # -*- coding: utf-8 -*-
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
-"""_store under real processes: SIGKILL at any point never leaves a partial store,
+"""_store_write under real processes: SIGKILL at any point never leaves a partial store,
 and parallel writers lose no update."""
 
 from __future__ import annotations
@@ -14,14 +14,14 @@ import time
 
 import pytest
 
-from ansible_collections.hypeman.vgpu.plugins.module_utils import _store
+from ansible_collections.hypeman.vgpu.plugins.module_utils import _store, _store_write
 
 # The directory holding "ansible_collections", so child processes import the same code.
 IMPORT_ROOT = os.path.abspath(os.path.join(os.path.dirname(_store.__file__), *([os.pardir] * 5)))
 
 WORKER = r'''
 import os, signal, sys
-from ansible_collections.hypeman.vgpu.plugins.module_utils import _store
+from ansible_collections.hypeman.vgpu.plugins.module_utils import _store_write
 
 path, mode, arg = sys.argv[1], sys.argv[2], sys.argv[3]
 
@@ -37,7 +37,7 @@ if mode == "loop":
     n = 0
     while True:
         n += 1
-        _store.update_store(path, add_failure("%s-%d" % (arg, n)))
+        _store_write.update_store(path, add_failure("%s-%d" % (arg, n)))
 elif mode == "die-at":
     # Die by SIGKILL at one named step of the write procedure on the tmp file
     # ("write" = before writing, "write-after" = right after, and so on).
@@ -59,8 +59,8 @@ elif mode == "die-at":
             return result
         return wrapped
     for name in real:
-        setattr(_store.os, name, hook(name))
-    _store.write_store_bytes(path, open(sys.argv[4], "rb").read())
+        setattr(_store_write.os, name, hook(name))
+    _store_write.write_store_bytes(path, open(sys.argv[4], "rb").read())
     sys.exit(3)  # not reached
 elif mode == "race":
     # Wait for the starting gun, then record our failures one by one.
@@ -70,7 +70,7 @@ elif mode == "race":
     for n in range(int(sys.argv[5])):
         def mutate(store, n=n):
             return store.report_failure("0000:e3:00.4", "%s-%d" % (arg, n), "", 1000)
-        assert _store.update_store(path, mutate).result == "recorded"
+        assert _store_write.update_store(path, mutate).result == "recorded"
 '''
 
 
@@ -141,7 +141,7 @@ def test_sigkill_at_each_write_step_leaves_old_or_new(tmp_path, worker, step):
     assert data == expected
     assert_whole_store(path)
     # A later writer copes with whatever tmp file the killed one left behind.
-    assert _store.update_store(path, lambda store: store.quarantine("0000:82:00.6")).changed
+    assert _store_write.update_store(path, lambda store: store.quarantine("0000:82:00.6")).changed
     assert "0000:82:00.6" in assert_whole_store(path).quarantined()
 
 

@@ -1,6 +1,6 @@
 # -*- coding: utf-8 -*-
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
-"""_store.update_store: hypeman's durable write procedure, fail-closed loads, faults, symlinks."""
+"""_store_write.update_store: hypeman's durable write procedure, fail-closed loads, faults, symlinks."""
 
 from __future__ import annotations
 
@@ -10,10 +10,11 @@ import stat
 
 import pytest
 
-from ansible_collections.hypeman.vgpu.plugins.module_utils import _store
+from ansible_collections.hypeman.vgpu.plugins.module_utils import _store_write
 from ansible_collections.hypeman.vgpu.plugins.module_utils._errors import VgpuError
 from ansible_collections.hypeman.vgpu.plugins.module_utils._gotime import parse_rfc3339
-from ansible_collections.hypeman.vgpu.plugins.module_utils._store import load_store, update_store
+from ansible_collections.hypeman.vgpu.plugins.module_utils._store import load_store
+from ansible_collections.hypeman.vgpu.plugins.module_utils._store_write import update_store
 
 VF = "0000:82:00.4"
 NOW = parse_rfc3339("2026-08-20T15:00:00.5Z")
@@ -124,7 +125,7 @@ def test_allow_invalid_lets_a_repair_rewrite(data_dir):
     backups = []
 
     def repair(store):
-        store.replace_records(_store.recover_records(store.raw, NOW))
+        store.replace_records(_store_write.recover_records(store.raw, NOW))
         return "repaired"
 
     def backup(target):
@@ -184,10 +185,10 @@ def test_write_follows_hypemans_order(data_dir, monkeypatch):
         trace.append(("rename", os.path.basename(src), os.path.basename(dst)))
         return real_rename(src, dst)
 
-    monkeypatch.setattr(_store.os, "open", fake_open)
-    monkeypatch.setattr(_store.os, "fsync", fake_fsync)
-    monkeypatch.setattr(_store.os, "write", fake_write)
-    monkeypatch.setattr(_store.os, "rename", fake_rename)
+    monkeypatch.setattr(_store_write.os, "open", fake_open)
+    monkeypatch.setattr(_store_write.os, "fsync", fake_fsync)
+    monkeypatch.setattr(_store_write.os, "write", fake_write)
+    monkeypatch.setattr(_store_write.os, "rename", fake_rename)
     result = update_store(path, quarantine)
     monkeypatch.undo()
     gpu = os.path.dirname(path)
@@ -221,7 +222,7 @@ def _fail_on(monkeypatch, name, err_no, when=lambda *args: True):
             raise OSError(err_no, os.strerror(err_no))
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(_store.os, name, failing)
+    monkeypatch.setattr(_store_write.os, name, failing)
 
 
 def _is_tmp(name, *rest):
@@ -272,14 +273,14 @@ def test_dir_fsync_failure_after_rename_is_reported_but_new_state_is_visible(dat
     path = store_path(data_dir)
     put(path, VALID)
     gpu = os.path.dirname(path)
-    real_fsync_dir = _store._fsync_dir
+    real_fsync_dir = _store_write._fsync_dir
 
     def failing(directory):
         if directory == gpu:
             raise OSError(errno.EIO, os.strerror(errno.EIO))
         return real_fsync_dir(directory)
 
-    monkeypatch.setattr(_store, "_fsync_dir", failing)
+    monkeypatch.setattr(_store_write, "_fsync_dir", failing)
     with pytest.raises(VgpuError) as err:
         update_store(path, quarantine)
     assert "was replaced, but syncing its directory failed" in err.value.msg
