@@ -1,7 +1,8 @@
 # -*- coding: utf-8 -*-
 # Copyright: hypeman.vgpu contributors
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
-"""A small client for hypeman's API (``GET /resources``, ``GET /instances``).
+"""A small client for hypeman's API (``GET /resources``, ``GET /instances``)
+and the cross-check of ``/resources`` against our own placement view.
 
 Kept apart from the host-file helpers because ``ansible.module_utils.urls``
 is costly to import on the host and only runs that set ``api_url`` need it:
@@ -15,6 +16,11 @@ import socket
 from urllib.error import HTTPError, URLError
 
 from ansible.module_utils.urls import open_url
+
+from ansible_collections.hypeman.vgpu.plugins.module_utils import _sysfs
+
+# Fields an older hypeman does not send: missing, not a mismatch.
+_NEWER_GPU_FIELDS = ("allocatable_slots", "quarantined_slots")
 
 
 def api_get(base_url, path, token=None, validate_certs=True, timeout=10, ca_path=None):
@@ -71,3 +77,76 @@ def api_instances(data):
             if isinstance(data.get(key), list):
                 return data[key]
     return None
+
+
+def resources_check(view, base_url, token=None, validate_certs=True, timeout=10):
+    """``GET /resources`` compared with a placement view (``None``: fetch only).
+
+    Returns ``{url, reachable, status, error, gpu, mismatches, missing_fields}``:
+    ``gpu`` is hypeman's raw object; ``error`` also covers an answer that is
+    not a JSON object; an answer without ``gpu`` lists it in ``missing_fields``.
+    """
+    answer = api_get(base_url, "/resources", token, validate_certs, timeout)
+    section = {"url": answer["url"], "reachable": answer["reachable"], "status": answer["status"],
+               "error": answer["error"], "gpu": None, "mismatches": [], "missing_fields": []}
+    data = answer["data"]
+    if answer["error"] is None:
+        if not isinstance(data, dict):
+            section["error"] = "GET %s: expected a JSON object, got %s" % (answer["url"], type(data).__name__)
+        elif "gpu" not in data:
+            section["missing_fields"] = ["gpu"]
+        else:
+            section["gpu"] = data["gpu"]
+            if view is not None:
+                section["mismatches"], section["missing_fields"] = compare_with_api(view, data["gpu"])
+    return section
+
+
+def compare_with_api(result, api_gpu):
+    """Mismatches between our view and hypeman's ``/resources`` ``gpu`` object.
+
+    Returns ``(mismatches, missing_fields)``: ``[{field, local, api}]`` and the
+    newer fields an older hypeman does not send (not counted as mismatches).
+    """
+    mismatches, missing = [], []
+    local_total = result["slots"]["total"]
+    if api_gpu is None:
+        if result["framework"] != _sysfs.FRAMEWORK_NONE and local_total:
+            mismatches.append({"field": "gpu", "local": "vgpu", "api": None})
+        return mismatches, missing
+    if not isinstance(api_gpu, dict):
+        mismatches.append({"field": "gpu", "local": "vgpu", "api": api_gpu})
+        return mismatches, missing
+    if result["framework"] == _sysfs.FRAMEWORK_NONE:
+        mismatches.append({"field": "mode", "local": None, "api": api_gpu.get("mode")})
+        return mismatches, missing
+    if api_gpu.get("mode") != "vgpu":
+        mismatches.append({"field": "mode", "local": "vgpu", "api": api_gpu.get("mode")})
+    slots = result["slots"]
+    for field, local in (("total_slots", slots["total"]), ("used_slots", slots["used"]),
+                         ("allocatable_slots", slots["allocatable"]), ("quarantined_slots", slots["quarantined"])):
+        if field not in api_gpu:
+            if field in _NEWER_GPU_FIELDS:
+                missing.append(field)
+            else:
+                mismatches.append({"field": field, "local": local, "api": None})
+            continue
+        if api_gpu[field] != local:
+            mismatches.append({"field": field, "local": local, "api": api_gpu[field]})
+    api_reason = api_gpu.get("placement_disabled_reason") or None
+    if api_reason != result["placement_disabled_reason"]:
+        mismatches.append({"field": "placement_disabled_reason", "local": result["placement_disabled_reason"],
+                           "api": api_reason})
+    api_profiles = {}
+    for prof in api_gpu.get("profiles") or []:
+        if isinstance(prof, dict) and "name" in prof:
+            api_profiles[prof["name"]] = prof
+    local_profiles = dict((p["name"], p) for p in result["profiles"])
+    for name in sorted(set(api_profiles) | set(local_profiles)):
+        local, api = local_profiles.get(name), api_profiles.get(name)
+        for key in ("available", "framebuffer_mb"):
+            lval = local.get(key) if local else None
+            aval = api.get(key) if api else None
+            if lval != aval:
+                mismatches.append({"field": "profiles[%s].%s" % (name, key), "local": lval, "api": aval})
+    return mismatches, missing

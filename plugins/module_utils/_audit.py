@@ -129,17 +129,11 @@ def hypeman_section(proc_root):
 
 
 def api_section(view, api_url, api_token, validate_certs, timeout):
-    answer = _hypeman.api_get(api_url, "/resources", api_token, validate_certs, timeout)
-    section = {"url": answer["url"], "reachable": answer["reachable"], "status": answer["status"],
-               "error": answer["error"], "mismatches": [], "missing_fields": []}
-    data = answer["data"]
-    if answer["error"] is None:
-        if not isinstance(data, dict):
-            section["error"] = "GET %s: expected a JSON object, got %s" % (answer["url"], type(data).__name__)
-        elif "gpu" not in data:
-            section["missing_fields"] = ["gpu"]
-        elif view is not None:
-            section["mismatches"], section["missing_fields"] = _placement.compare_with_api(view, data["gpu"])
+    """The ``/resources`` cross-check, without hypeman's raw ``gpu`` object."""
+    from ansible_collections.hypeman.vgpu.plugins.module_utils import _api
+
+    section = _api.resources_check(view, api_url, api_token, validate_certs, timeout)
+    del section["gpu"]
     return section
 
 

@@ -21,7 +21,6 @@ from ansible_collections.hypeman.vgpu.plugins.module_utils import _hypeman, _pro
 from ansible_collections.hypeman.vgpu.plugins.module_utils._errors import VgpuError
 
 DISABLED_PREFIX = "VF health state unavailable: "
-_NEWER_GPU_FIELDS = ("allocatable_slots", "quarantined_slots")
 
 
 class QuarantineView(object):
@@ -497,53 +496,3 @@ def _mdev_available(vf, type_name):
         if prof["id"] == type_name:
             return prof.get("available", 1)
     return 0
-
-
-def compare_with_api(result, api_gpu):
-    """Mismatches between our view and hypeman's ``/resources`` ``gpu`` object.
-
-    Returns ``(mismatches, missing_fields)``: ``[{field, local, api}]`` and the
-    newer fields an older hypeman does not send (not counted as mismatches).
-    """
-    mismatches, missing = [], []
-    local_total = result["slots"]["total"]
-    if api_gpu is None:
-        if result["framework"] != _sysfs.FRAMEWORK_NONE and local_total:
-            mismatches.append({"field": "gpu", "local": "vgpu", "api": None})
-        return mismatches, missing
-    if not isinstance(api_gpu, dict):
-        mismatches.append({"field": "gpu", "local": "vgpu", "api": api_gpu})
-        return mismatches, missing
-    if result["framework"] == _sysfs.FRAMEWORK_NONE:
-        mismatches.append({"field": "mode", "local": None, "api": api_gpu.get("mode")})
-        return mismatches, missing
-    if api_gpu.get("mode") != "vgpu":
-        mismatches.append({"field": "mode", "local": "vgpu", "api": api_gpu.get("mode")})
-    slots = result["slots"]
-    for field, local in (("total_slots", slots["total"]), ("used_slots", slots["used"]),
-                         ("allocatable_slots", slots["allocatable"]), ("quarantined_slots", slots["quarantined"])):
-        if field not in api_gpu:
-            if field in _NEWER_GPU_FIELDS:
-                missing.append(field)
-            else:
-                mismatches.append({"field": field, "local": local, "api": None})
-            continue
-        if api_gpu[field] != local:
-            mismatches.append({"field": field, "local": local, "api": api_gpu[field]})
-    api_reason = api_gpu.get("placement_disabled_reason") or None
-    if api_reason != result["placement_disabled_reason"]:
-        mismatches.append({"field": "placement_disabled_reason", "local": result["placement_disabled_reason"],
-                           "api": api_reason})
-    api_profiles = {}
-    for prof in api_gpu.get("profiles") or []:
-        if isinstance(prof, dict) and "name" in prof:
-            api_profiles[prof["name"]] = prof
-    local_profiles = dict((p["name"], p) for p in result["profiles"])
-    for name in sorted(set(api_profiles) | set(local_profiles)):
-        local, api = local_profiles.get(name), api_profiles.get(name)
-        for key in ("available", "framebuffer_mb"):
-            lval = local.get(key) if local else None
-            aval = api.get(key) if api else None
-            if lval != aval:
-                mismatches.append({"field": "profiles[%s].%s" % (name, key), "local": lval, "api": aval})
-    return mismatches, missing

@@ -445,7 +445,7 @@ api:
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.hypeman.vgpu.plugins.module_utils import _hypeman, _placement
+from ansible_collections.hypeman.vgpu.plugins.module_utils import _placement
 from ansible_collections.hypeman.vgpu.plugins.module_utils._module import host_path_spec, run_module, store_path
 
 
@@ -461,19 +461,11 @@ def _body(module):
                     "on them: %s" % (len(result["unreadable_metadata"]),
                                      ", ".join(e["path"] for e in result["unreadable_metadata"])))
     if params["api_url"]:
-        answer = _hypeman.api_get(params["api_url"], "/resources", params["api_token"],
-                                  params["validate_certs"], params["api_timeout"])
-        api = {"url": answer["url"], "reachable": answer["reachable"], "status": answer["status"],
-               "error": answer["error"], "gpu": None, "mismatches": [], "missing_fields": []}
-        data = answer["data"]
-        if answer["error"] is None:
-            if not isinstance(data, dict):
-                api["error"] = "GET %s: expected a JSON object, got %s" % (answer["url"], type(data).__name__)
-            elif "gpu" not in data:
-                api["missing_fields"] = ["gpu"]
-            else:
-                api["gpu"] = data["gpu"]
-                api["mismatches"], api["missing_fields"] = _placement.compare_with_api(result, data["gpu"])
+        # Only runs that cross-check load the HTTP stack.
+        from ansible_collections.hypeman.vgpu.plugins.module_utils import _api
+
+        api = _api.resources_check(result, params["api_url"], params["api_token"], params["validate_certs"],
+                                   params["api_timeout"])
         if api["error"]:
             module.warn("hypeman API cross-check failed: %s" % api["error"])
         result["api"] = api

@@ -8,7 +8,7 @@ import os
 
 import pytest
 
-from ansible_collections.hypeman.vgpu.plugins.module_utils import _placement
+from ansible_collections.hypeman.vgpu.plugins.module_utils import _api, _placement
 from ansible_collections.hypeman.vgpu.plugins.module_utils._errors import VgpuError
 from ansible_collections.hypeman.vgpu.tests.sim.hosttree import HostTree
 
@@ -334,12 +334,12 @@ def test_compare_with_api(tree):
     card = tree.add_card("L40S", "0000:82:00.0", numvfs=4)
     tree.write_store([{"vf_address": card.vfs[0], "quarantined_at": Q_AT}])
     result = view(tree)
-    assert _placement.compare_with_api(result, _api_gpu(result)) == ([], [])
+    assert _api.compare_with_api(result, _api_gpu(result)) == ([], [])
     api = _api_gpu(result)
     api["quarantined_slots"], api["allocatable_slots"] = 0, 4  # hypeman started before the edit
     api["profiles"][0]["available"] = 4
     api["profiles"].append({"name": "NVIDIA L40S-99Q", "framebuffer_mb": 0, "available": 1})
-    mismatches, missing = _placement.compare_with_api(result, api)
+    mismatches, missing = _api.compare_with_api(result, api)
     assert missing == []
     assert {"field": "quarantined_slots", "local": 1, "api": 0} in mismatches
     assert {"field": "allocatable_slots", "local": 3, "api": 4} in mismatches
@@ -352,8 +352,8 @@ def test_compare_with_an_older_api_and_a_null_gpu(tree):
     result = view(tree)
     older = _api_gpu(result)
     del older["allocatable_slots"], older["quarantined_slots"]
-    assert _placement.compare_with_api(result, older) == ([], ["allocatable_slots", "quarantined_slots"])
-    assert _placement.compare_with_api(result, None) == ([{"field": "gpu", "local": "vgpu", "api": None}], [])
+    assert _api.compare_with_api(result, older) == ([], ["allocatable_slots", "quarantined_slots"])
+    assert _api.compare_with_api(result, None) == ([{"field": "gpu", "local": "vgpu", "api": None}], [])
     disabled = dict(_api_gpu(result), placement_disabled_reason="VF health state unavailable: x")
     assert {"field": "placement_disabled_reason", "local": None, "api": "VF health state unavailable: x"} in \
-        _placement.compare_with_api(result, disabled)[0]
+        _api.compare_with_api(result, disabled)[0]
