@@ -3,7 +3,9 @@
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 """hypeman's host layout: config file, data dir, instances, VMM liveness (stdlib only).
 
-The API client lives in ``_api`` (imported only when an API URL is given).
+The API client lives in ``_api``: modules import it themselves, inside the
+branch that runs when an API URL is given, so that the modules that never
+talk to the API do not ship ``ansible.module_utils.urls`` at all.
 """
 
 from __future__ import annotations
@@ -530,20 +532,3 @@ class LivenessChecker(object):
             return True, "pid %d owns the control socket %s" % (owner, socket_path)
         notes.append("socket owner %d has exited" % owner)
         return False, "; ".join(notes)
-
-
-# --- hypeman API ---------------------------------------------------------------
-
-
-def api_get(base_url, path, token=None, validate_certs=True, timeout=10, ca_path=None):
-    """hypeman's API client, :func:`_api.api_get`; imported on first use (the HTTP stack is costly)."""
-    from ansible_collections.hypeman.vgpu.plugins.module_utils import _api
-
-    return _api.api_get(base_url, path, token, validate_certs, timeout, ca_path)
-
-
-def api_instances(data):
-    """The instance list of a ``GET /instances`` answer, :func:`_api.api_instances`."""
-    from ansible_collections.hypeman.vgpu.plugins.module_utils import _api
-
-    return _api.api_instances(data)

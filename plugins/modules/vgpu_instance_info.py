@@ -252,12 +252,15 @@ def _body(module):
                     % (len(unreadable), ", ".join(entry["path"] for entry in unreadable)))
     views = [_view(inst, params["sysfs_root"]) for inst in instances]
     if params["api_url"]:
-        answer = _hypeman.api_get(params["api_url"], "/instances", params["api_token"],
-                                  params["validate_certs"], params["api_timeout"])
+        # Only runs that cross-check load the HTTP stack.
+        from ansible_collections.hypeman.vgpu.plugins.module_utils import _api
+
+        answer = _api.api_get(params["api_url"], "/instances", params["api_token"],
+                              params["validate_certs"], params["api_timeout"])
         api = {"url": answer["url"], "reachable": answer["reachable"], "status": answer["status"],
                "error": answer["error"], "count": None, "mismatches": [], "missing_fields": []}
         if answer["error"] is None:
-            listed = _hypeman.api_instances(answer["data"])
+            listed = _api.api_instances(answer["data"])
             if listed is None:
                 api["error"] = "GET %s: expected a JSON list of instances" % answer["url"]
             else:
