@@ -6,9 +6,9 @@
 Each host is its own tree built with ``tests/sim/hosttree.py`` (two A100 cards,
 16 VFs each, two running instances on the first card) plus one problem class,
 and is reached with the local connection. ``build`` writes the trees, an
-inventory and the issue codes each host must get; ``checksum`` fingerprints
-every file, link and directory under the trees (to prove the audit changed
-nothing).
+inventory and the issue codes each host must get; ``checksum`` prints every
+file, link and directory under the trees (setup_tree_fingerprint's
+``entries``), to prove the audit changed nothing.
 
     python fleet_fixture.py build --dir DIR --hosts ok,legacy,sentinel,...
     python fleet_fixture.py build --dir DIR --count 200 --mix
@@ -19,10 +19,8 @@ nothing).
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
 import os
-import stat
 import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -42,6 +40,10 @@ sys.path.insert(0, _find_collection_root())
 
 from tests.sim import guestlog  # noqa: E402  pylint: disable=wrong-import-position
 from tests.sim.hosttree import DEFAULT_CLAIMED_AT, HostTree  # noqa: E402  pylint: disable=wrong-import-position
+
+# The one tree fingerprint of the integration tests, beside this target.
+sys.path.insert(0, os.path.join(HERE, "..", "setup_tree_fingerprint", "files"))
+import tree_fingerprint  # noqa: E402  pylint: disable=wrong-import-position,import-error
 
 CARD_A = "0000:82:00.0"
 CARD_B = "0000:83:00.0"
@@ -181,26 +183,6 @@ def build_fleet(directory, problems, unreachable=0, python=None):
     return expected
 
 
-def checksum_tree(root):
-    """Every entry under ``root`` (not followed): type, mode, and content hash or link target."""
-    result = {}
-    for base, dirs, files in os.walk(root):
-        dirs.sort()
-        for name in sorted(dirs + files):
-            path = os.path.join(base, name)
-            info = os.lstat(path)
-            rel = os.path.relpath(path, root)
-            if stat.S_ISLNK(info.st_mode):
-                result[rel] = "link %s" % os.readlink(path)
-            elif stat.S_ISDIR(info.st_mode):
-                result[rel] = "dir %o" % stat.S_IMODE(info.st_mode)
-            else:
-                with open(path, "rb") as handle:
-                    digest = hashlib.sha256(handle.read()).hexdigest()
-                result[rel] = "file %o %d %s" % (stat.S_IMODE(info.st_mode), info.st_size, digest)
-    return result
-
-
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
@@ -228,7 +210,7 @@ def main(argv=None):
         json.dump(build_fleet(args.dir, problems, args.unreachable), sys.stdout, indent=2, sort_keys=True)
         sys.stdout.write("\n")
     else:
-        json.dump(checksum_tree(os.path.join(args.dir, "hosts")), sys.stdout, indent=1, sort_keys=True)
+        json.dump(tree_fingerprint.entries(os.path.join(args.dir, "hosts")), sys.stdout, indent=1, sort_keys=True)
         sys.stdout.write("\n")
     return 0
 
