@@ -1,10 +1,15 @@
 #!/usr/bin/env bash
-# Run molecule scenarios on the simulated vGPU host, one after another.
+# Run molecule scenarios on the simulated vGPU host.
 #   scripts/molecule.sh [scenario ...]    (default: every extensions/molecule/*/molecule.yml)
 # Builds (or reuses) the cached image, then per scenario runs
 # syntax, create, prepare, converge, idempotence, verify, destroy as separate
 # molecule steps so each is timed; whatever happens, the scenario's containers
 # are destroyed. Prints a table of phase times and a summary line.
+#
+# MOLECULE_JOBS=N runs N scenarios at a time (default 1). Scenarios are
+# independent: each has its own containers (distinct names, no network) and
+# its own ephemeral directory. With more than one job each scenario's output
+# goes to build/molecule-logs/<scenario>.log and is printed when it ends.
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 1
 
@@ -22,6 +27,9 @@ if [ "$#" -gt 0 ]; then
 else
   mapfile -t scenarios < <(cd extensions/molecule && for f in */molecule.yml; do dirname "$f"; done)
 fi
+jobs=${MOLECULE_JOBS:-1}
+logdir=build/molecule-logs
+rm -rf "$logdir" && mkdir -p "$logdir"
 
 containers_of() { # scenario -> platform (container) names
   "$VIRTUAL_ENV/bin/python" -c 'import sys, yaml
@@ -29,26 +37,16 @@ for p in yaml.safe_load(open(sys.argv[1])).get("platforms", []): print(p["name"]
     "extensions/molecule/$1/molecule.yml"
 }
 
-current=""
-cleanup() {
-  [ -n "$current" ] || return 0
-  molecule destroy -s "$current" >/dev/null 2>&1
+destroy_scenario() { # scenario: molecule destroy, then remove any container it left
+  molecule destroy -s "$1" >/dev/null 2>&1
   local name
-  for name in $(containers_of "$current"); do
+  for name in $(containers_of "$1"); do
     podman container exists "$name" 2>/dev/null && podman rm -f "$name" >/dev/null 2>&1
   done
-  current=""
 }
-trap 'cleanup; exit 130' INT TERM
-trap cleanup EXIT
 
-rows=() passed=0 failed=0
-total_start=$(date +%s)
-for scenario in "${scenarios[@]}"; do
-  current=$scenario
-  status=PASS times=()
-  cleanup_needed=1
-  current=$scenario
+run_scenario() { # scenario: the timed phases; writes $logdir/<scenario>.row, returns 0 on PASS
+  local scenario=$1 status=PASS phase start times=()
   molecule destroy -s "$scenario" >/dev/null 2>&1  # leftovers of an interrupted run
   for phase in syntax create prepare converge idempotence verify destroy; do
     start=$(date +%s)
@@ -61,16 +59,52 @@ for scenario in "${scenarios[@]}"; do
       break
     fi
   done
-  [ "$status" = PASS ] && cleanup_needed=0
-  [ "$cleanup_needed" = 1 ] && cleanup
-  current=""
-  if [ "$status" = PASS ]; then passed=$((passed + 1)); else failed=$((failed + 1)); fi
-  rows+=("$status  $scenario: ${times[*]}")
+  [ "$status" = PASS ] || destroy_scenario "$scenario"
+  echo "$status  $scenario: ${times[*]}" > "$logdir/$scenario.row"
+  [ "$status" = PASS ]
+}
+
+cleanup() { # on interrupt: stop running scenarios, destroy what they left
+  local pids scenario
+  mapfile -t pids < <(jobs -p)
+  [ "${#pids[@]}" -gt 0 ] && kill "${pids[@]}" 2>/dev/null && wait 2>/dev/null
+  for scenario in "${scenarios[@]}"; do
+    [ -f "$logdir/$scenario.row" ] || destroy_scenario "$scenario"
+  done
+}
+trap 'cleanup; exit 130' INT TERM
+
+total_start=$(date +%s)
+if [ "$jobs" -le 1 ]; then
+  for scenario in "${scenarios[@]}"; do run_scenario "$scenario"; done
+else
+  declare -A running=()  # pid -> scenario
+  next=0
+  while [ "$next" -lt "${#scenarios[@]}" ] || [ "${#running[@]}" -gt 0 ]; do
+    while [ "${#running[@]}" -lt "$jobs" ] && [ "$next" -lt "${#scenarios[@]}" ]; do
+      scenario=${scenarios[$next]}; next=$((next + 1))
+      run_scenario "$scenario" > "$logdir/$scenario.log" 2>&1 &
+      running[$!]=$scenario
+    done
+    wait -n 2>/dev/null
+    for pid in "${!running[@]}"; do
+      kill -0 "$pid" 2>/dev/null && continue
+      scenario=${running[$pid]}; unset "running[$pid]"
+      cat "$logdir/$scenario.log"
+    done
+  done
+fi
+
+rows=() passed=0 failed=0
+for scenario in "${scenarios[@]}"; do
+  if [ -f "$logdir/$scenario.row" ]; then rows+=("$(cat "$logdir/$scenario.row")")
+  else rows+=("FAIL  $scenario: did not finish"); fi
+  case "${rows[-1]}" in PASS*) passed=$((passed + 1)) ;; *) failed=$((failed + 1)) ;; esac
 done
 
 printf '\n===== molecule results =====\n'
 echo "image: ${image_time}s ($VGPU_SIM_IMAGE)"
 printf '%s\n' "${rows[@]}"
-echo "molecule total: $(( $(date +%s) - total_start ))s"
+echo "molecule total: $(( $(date +%s) - total_start ))s (${jobs} at a time)"
 echo "molecule: $passed passed, $failed failed"
 [ "$failed" = 0 ]
