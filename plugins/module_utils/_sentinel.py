@@ -35,7 +35,8 @@ import tempfile
 
 from ansible_collections.hypeman.vgpu.plugins.module_utils import _hypeman
 from ansible_collections.hypeman.vgpu.plugins.module_utils._errors import VgpuError
-from ansible_collections.hypeman.vgpu.plugins.module_utils._gotime import parse_rfc3339
+from ansible_collections.hypeman.vgpu.plugins.module_utils._gotime import (
+    format_utc_rfc3339nano, from_unix_ns, parse_rfc3339, to_unix_ns)
 
 MARKER_PREFIX = b"HYPEMAN-GPU-INIT-"
 MAX_LINE_BYTES = 64 * 1024  # hypeman's sentinel skipped longer lines
@@ -443,10 +444,28 @@ def _decode_partial(text):
     return base64.b64decode(text.encode("ascii"))
 
 
-class _InstanceScan(object):
-    """Scan one instance's logs, starting from its previous cursor record."""
+def _archive_ns(name):
+    return int(_ARCHIVE_RE.match(name).group(1))
 
-    def __init__(self, instance_id, log_dir, old, buf):
+
+class _InstanceScan(object):
+    """Scan one instance's logs, starting from its previous cursor record.
+
+    Which bytes may hold evidence for the current assignment is decided from
+    host-side facts only (the guest's clock is not trusted; see
+    docs/sentinel.md, "Which bytes belong to an assignment"):
+
+    * a log file whose mtime (host clock) is before the assignment time, or
+      before the current boot began (the newest ``app.log.prev.<ns>``, named
+      by hypeman with the host clock), was last written before the
+      assignment: its markers are listed in ``stale`` and never attributed;
+    * a new ``app.log.prev.<ns>`` since the last scan means a new boot: the
+      cursor's ``app.log`` stream is over, whatever its inode;
+    * bytes read under a previous assignment of the same ``app.log`` stream
+      stay with that assignment: a new assignment resumes after them.
+    """
+
+    def __init__(self, instance_id, log_dir, old, buf, assignment):
         self.instance_id = instance_id
         self.log_dir = log_dir
         self.old = old or {}
@@ -455,6 +474,31 @@ class _InstanceScan(object):
         self.warnings = []
         self.app_path = os.path.join(log_dir, "app.log")
         self.rotated_path = self.app_path + ".1"
+        self.floor_ns = to_unix_ns(assignment["time"])
+        self.floor_why = "the assignment (%s)" % assignment["assigned_at"]
+        self.archive_names = []
+        self.new_boot = False
+        self.stale = {}  # path -> why none of its markers belong to the assignment
+
+    def _list(self):
+        try:
+            names = os.listdir(self.log_dir)
+        except OSError as err:
+            raise LogError("cannot list %s: %s" % (self.log_dir, err.strerror or err))
+        self.archive_names = sorted((n for n in names if _ARCHIVE_RE.match(n)), key=_archive_ns)
+        if self.archive_names:
+            newest = self.archive_names[-1]
+            if _archive_ns(newest) > self.floor_ns:
+                self.floor_ns = _archive_ns(newest)
+                self.floor_why = "the current boot began (%s)" % newest
+        known = self.old.get("archives")
+        self.new_boot = known is not None and any(n not in known for n in self.archive_names)
+
+    def _check_written_during(self, path, st):
+        """Mark ``path`` stale when the host says it was last written before the assignment."""
+        if st is not None and st.st_mtime_ns < self.floor_ns:
+            self.stale[path] = "%s was last written at %s (host clock), before %s" % (
+                os.path.basename(path), format_utc_rfc3339nano(from_unix_ns(st.st_mtime_ns)), self.floor_why)
 
     def _read(self, reader, spans):
         for span in spans:
@@ -465,25 +509,29 @@ class _InstanceScan(object):
 
     def current(self, same_assignment):
         """Read new bytes of the current log stream; returns (markers, log, rotated)."""
+        self._list()
         app_fd, app_st = _open_regular(self.app_path)
         rot_fd = None
         try:
             rot_fd, rot_st = _open_regular(self.rotated_path)
             if app_fd is None:
                 raise LogError("%s does not exist (the instance has not booted yet)" % self.app_path)
+            self._check_written_during(self.app_path, app_st)
+            self._check_written_during(self.rotated_path, rot_st)
             old_log = self.old.get("log")
             rot_ident = _ident(rot_st) if rot_st is not None else None
             # app.log.1 is written only by a rotation: a new one means app.log was cut since last time.
             rot_new = rot_ident is not None and rot_ident != self.old.get("rotated")
             reader = MarkerReader()
-            resumable = (same_assignment and old_log is not None
+            # The same app.log stream as at the last scan: same file, no boot since.
+            resumable = (old_log is not None and not self.new_boot
                          and old_log["ident"][:2] == [app_st.st_dev, app_st.st_ino])
             if resumable:
-                app_span = self._resume(reader, old_log, app_fd, app_st, rot_fd, rot_st, rot_new)
+                app_span = self._resume(reader, old_log, app_fd, app_st, rot_fd, rot_st, rot_new, same_assignment)
             else:
-                # A new file (new boot), a new assignment or no cursor: start fresh. A new
-                # app.log.1 may hold this boot's first bytes; the time window sorts out
-                # which of its markers belong to the assignment.
+                # A new file (new boot) or no cursor: start fresh. A new app.log.1 may hold
+                # this boot's first bytes; one rotated before this boot or assignment is
+                # marked stale by its mtime, so a previous boot's markers are never replayed.
                 spans = []
                 if rot_new:
                     spans.append(_Span(self.rotated_path, rot_fd, 0, rot_st.st_size))
@@ -504,13 +552,18 @@ class _InstanceScan(object):
                 if fd is not None:
                     os.close(fd)
 
-    def _resume(self, reader, old_log, app_fd, app_st, rot_fd, rot_st, rot_new):
+    def _resume(self, reader, old_log, app_fd, app_st, rot_fd, rot_st, rot_new, same_assignment):
         offset = old_log["offset"]
         seed = _bytes_before(app_fd, offset, self.app_path) if app_st.st_size >= offset else None
         intact = seed is not None and _fingerprint(seed) == old_log["fingerprint"]
         partial = _decode_partial(old_log["partial"])
+        overlong = old_log["overlong"]
+        if not same_assignment:
+            # The bytes before the cursor were read under the previous assignment and stay
+            # with it; so does the rest of a line already begun then (skipped to its end).
+            partial, overlong = b"", bool(partial) or overlong
         if intact and not rot_new:
-            reader.partial, reader.overlong = partial, old_log["overlong"]
+            reader.partial, reader.overlong = partial, overlong
             app_span = _Span(self.app_path, app_fd, offset, app_st.st_size, seed)
             self._read(reader, [app_span])
             return app_span
@@ -520,7 +573,7 @@ class _InstanceScan(object):
             rot_seed = _bytes_before(rot_fd, offset, self.rotated_path)
         if rot_seed is not None and _fingerprint(rot_seed) == old_log["fingerprint"]:
             # One stream: a line cut by the rotation is joined and matched once.
-            reader.partial, reader.overlong = partial, old_log["overlong"]
+            reader.partial, reader.overlong = partial, overlong
             self._read(reader, [_Span(self.rotated_path, rot_fd, offset, rot_st.st_size, rot_seed)])
         else:
             self.warnings.append(
@@ -535,14 +588,9 @@ class _InstanceScan(object):
 
     def archives(self):
         """Summaries of ``app.log.prev.<ns>`` archives (earlier boots), read once each."""
-        try:
-            names = os.listdir(self.log_dir)
-        except OSError as err:
-            raise LogError("cannot list %s: %s" % (self.log_dir, err.strerror or err))
         old = self.old.get("archives") or {}
         result = {}
-        for name in sorted((n for n in names if _ARCHIVE_RE.match(n)),
-                           key=lambda n: int(_ARCHIVE_RE.match(n).group(1))):
+        for name in self.archive_names:
             path = os.path.join(self.log_dir, name)
             fd, st = _open_regular(path)
             if fd is None:
@@ -706,7 +754,7 @@ def _scan_one(report, cursors, instance, log_dir_of, buf):
     key = {"vf_address": assignment["vf_address"], "assigned_at": assignment["assigned_at"]}
     same_assignment = old is not None and old["assignment"] == key
     log_dir = log_dir_of(instance_id)
-    work = _InstanceScan(instance_id, log_dir, old, buf)
+    work = _InstanceScan(instance_id, log_dir, old, buf, assignment)
     try:
         markers, log, rotated = work.current(same_assignment)
         archives = work.archives()
@@ -720,23 +768,28 @@ def _scan_one(report, cursors, instance, log_dir_of, buf):
     last = None
     seen = set()
     for marker in markers:
-        try:
-            when = parse_rfc3339(marker.ts)
-        except ValueError:
-            why = "marker ts is not an RFC 3339 time"
-        else:
-            if when >= assignment["time"]:
-                last = marker
-                continue
-            why = "marker ts is earlier than the assignment time %s" % assignment["assigned_at"]
+        # Host facts first: a file last written before the assignment holds nothing of it,
+        # whatever its guest timestamps say. The guest ts can then only exclude.
+        why = work.stale.get(marker.file)
+        if why is None:
+            try:
+                when = parse_rfc3339(marker.ts)
+            except ValueError:
+                why = "marker ts is not an RFC 3339 time"
+            else:
+                if when >= assignment["time"]:
+                    last = marker
+                    continue
+                why = "marker ts is earlier than the assignment time %s" % assignment["assigned_at"]
         if (marker.key(), marker.file) not in seen:  # three copies, one entry
             seen.add((marker.key(), marker.file))
             report.unattributed.append({
                 "instance_id": instance_id, "file": marker.file, "verdict": marker.verdict,
                 "ts": marker.ts, "nvrm": marker.nvrm, "reason": why})
-    if last is not None and not _still_assigned(instance, key):
+    if markers and not _still_assigned(instance, key):
         # hypeman re-checks the assignment before acting: a restart or release during
-        # the scan means these bytes may belong to another assignment. Try next run.
+        # the scan means these bytes may belong to another assignment, and a cursor
+        # saved now would hand them to this one. Try next run.
         report.skipped.append({"instance_id": instance_id,
                                "reason": "vGPU assignment changed during the scan; scan again"})
         return

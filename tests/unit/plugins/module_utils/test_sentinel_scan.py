@@ -7,6 +7,7 @@ from __future__ import annotations
 import fcntl
 import json
 import os
+import time
 
 import pytest
 
@@ -261,11 +262,111 @@ def test_new_boot_starts_fresh_and_archives_are_history_only(host):
     assert all(not s["file"].startswith(archive) for s in again.scanned)  # each archive is read once
 
 
-def test_reassigned_instance_starts_fresh(host):
+def _set_mtime(path, unix_ns):
+    os.utime(path, ns=(unix_ns, unix_ns))
+
+
+@pytest.mark.parametrize("cursor_before_rotation", [False, True])
+def test_previous_boot_rotated_log_with_guest_clock_ahead_is_not_replayed(host, cursor_before_rotation):
+    # Issue 12: after a restart, boot 1's app.log.1 (rotated before the restart) still
+    # sits beside the new app.log. Its guest ran ahead of the host, so its markers'
+    # ts are later than the new claim: only host facts can tell they are old.
+    now = time.time_ns()
+    first_claim, second_claim = now - 3 * 3600 * SEC, now - 3600 * SEC
+    app = host.instance("inst-a", vf_index=0, claimed_at=guestlog.rfc3339nano(first_claim))
+    guestlog.append(app, guestlog.noise(20))
+    if cursor_before_rotation:
+        assert host.scan().findings == []  # the cursor knows no app.log.1 yet
+    ahead = second_claim + 1800 * SEC  # the guest clock, 2.5 h ahead of the host
+    guestlog.append(app, guestlog.report("failed", ahead))
+    guestlog.copytruncate(app)
+    _set_mtime(app + ".1", first_claim + 1800 * SEC)  # hypeman rotated it during boot 1
+    guestlog.append(app, guestlog.noise(3, seed=1))
+    archive = guestlog.archive_previous_boot(app, second_claim - SEC)  # hypeman starts boot 2
+    host.instance("inst-a", vf_index=1, claimed_at=guestlog.rfc3339nano(second_claim))
+    guestlog.append(app, guestlog.noise(5, seed=2))
+
+    report = host.scan()
+    assert report.findings == []
+    assert report.skipped == [] and report.warnings == []
+    stale = [u for u in report.unattributed if u["file"] == app + ".1"]
+    assert [(u["verdict"], u["ts"]) for u in stale] == [("failed", guestlog.rfc3339nano(ahead))]
+    assert "before the assignment (%s)" % guestlog.rfc3339nano(second_claim) in stale[0]["reason"]
+    assert "app.log.1 was last written at" in stale[0]["reason"]
+    assert report.history == []  # boot 1 archive: its markers were rotated into app.log.1
+    assert os.path.exists(archive)
+    again = host.scan()
+    assert again.findings == [] and again.unattributed == [] and _markers_read(again) == 0
+
+    # A rotation during boot 2 is this assignment's evidence and still counts.
+    guestlog.append(app, guestlog.report("failed", ahead + 60 * SEC))
+    guestlog.copytruncate(app)
+    report = host.scan()
+    assert _verdicts(report) == {"inst-a": ("failed", guestlog.rfc3339nano(ahead + 60 * SEC))}
+    assert report.findings[0]["file"] == app + ".1"
+
+
+def test_rotated_log_older_than_the_current_boot_is_not_attributed(host):
+    # The claim time alone is not enough when a claim predates the boot: the newest
+    # app.log.prev.<ns> (host clock) marks when the current app.log began.
+    now = time.time_ns()
+    claim = now - 3 * 3600 * SEC
+    app = host.instance("inst-a", claimed_at=guestlog.rfc3339nano(claim))
+    guestlog.append(app, guestlog.report("failed", claim + 60 * SEC))
+    guestlog.copytruncate(app)
+    _set_mtime(app + ".1", claim + 120 * SEC)
+    boot = now - 3600 * SEC
+    guestlog.archive_previous_boot(app, boot)
+    guestlog.append(app, guestlog.noise(3))
+    report = host.scan()
+    assert report.findings == []
+    assert [u["file"] for u in report.unattributed] == [app + ".1"]
+    assert "before the current boot began (app.log.prev.%d)" % boot in report.unattributed[0]["reason"]
+
+
+def test_log_last_written_before_the_assignment_is_not_attributed(host):
+    now = time.time_ns()
+    claim = now - 3600 * SEC
+    app = host.instance("inst-a", claimed_at=guestlog.rfc3339nano(claim))
+    guestlog.append(app, guestlog.report("failed", claim + 600 * SEC))  # guest clock ahead
+    _set_mtime(app, claim - 60 * SEC)  # the host says: written before the claim
+    report = host.scan()
+    assert report.findings == []
+    assert [u["ts"] for u in report.unattributed] == [guestlog.rfc3339nano(claim + 600 * SEC)]
+
+
+def test_reassigned_instance_keeps_earlier_bytes_with_the_earlier_assignment(host):
     app = host.instance("inst-a", vf_index=0)
     guestlog.append(app, guestlog.report("failed", CLAIMED_NS + 27 * SEC))
     assert _verdicts(host.scan()) == {"inst-a": ("failed", _ts(27))}
     host.reassign("inst-a", vf_index=1, claimed_at=_ts(100))  # same log file, new assignment
+    report = host.scan()
+    assert report.findings == []
+    assert report.unattributed == [] and _markers_read(report) == 0  # read under the old one
+    guestlog.append(app, guestlog.report("ok", CLAIMED_NS + 130 * SEC))
+    report = host.scan()
+    assert report.findings[0]["vf_address"] == host.card.vfs[1]
+    assert _verdicts(report) == {"inst-a": ("ok", _ts(130))}
+
+
+def test_reassignment_skips_the_rest_of_a_line_begun_before_it(host):
+    app = host.instance("inst-a", vf_index=0)
+    line = guestlog.failed_line(CLAIMED_NS + 200 * SEC)
+    guestlog.append(app, guestlog.noise(3) + line[:30])
+    host.scan()
+    host.reassign("inst-a", vf_index=1, claimed_at=_ts(100))
+    guestlog.append(app, line[30:] + guestlog.ok_line(CLAIMED_NS + 150 * SEC))
+    report = host.scan()
+    assert _markers_read(report) == 1
+    assert _verdicts(report) == {"inst-a": ("ok", _ts(150))}
+
+
+def test_reassigned_instance_without_a_cursor_falls_back_on_the_guest_ts(host):
+    # No host fact separates the two assignments' bytes in one file when no cursor
+    # saw the first one: the ts then still keeps the older marker out.
+    app = host.instance("inst-a", vf_index=0)
+    guestlog.append(app, guestlog.report("failed", CLAIMED_NS + 27 * SEC))
+    host.reassign("inst-a", vf_index=1, claimed_at=_ts(100))
     report = host.scan()
     assert report.findings == []
     assert [u["ts"] for u in report.unattributed] == [_ts(27)]
