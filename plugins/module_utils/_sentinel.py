@@ -33,7 +33,7 @@ import re
 import stat
 import tempfile
 
-from ansible_collections.hypeman.vgpu.plugins.module_utils import _hypeman
+from ansible_collections.hypeman.vgpu.plugins.module_utils import _fileio, _hypeman
 from ansible_collections.hypeman.vgpu.plugins.module_utils._errors import VgpuError
 from ansible_collections.hypeman.vgpu.plugins.module_utils._gotime import (
     format_utc_rfc3339nano, from_unix_ns, parse_rfc3339, to_unix_ns)
@@ -170,27 +170,72 @@ class LogError(Exception):
     """A log that exists but cannot be read as a regular file."""
 
 
-def _open_regular(path):
-    """``(fd, stat)`` of a regular file, or ``(None, None)`` when it does not exist.
+class LogRefused(LogError):
+    """A log or log directory refused by policy (a symlink, a shared file): the host is not as hypeman leaves it."""
 
-    Never follows a symlink in the last component and never blocks on a FIFO.
-    """
+
+_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0)
+
+
+def _open_dir_nofollow(name, path, dir_fd=None):
+    """An fd of the real directory ``name`` (relative to ``dir_fd``); ``path`` names it in errors."""
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+        return os.open(name, _DIR_FLAGS, dir_fd=dir_fd)
     except OSError as err:
+        symlink = err.errno == errno.ELOOP
+        if err.errno == errno.ENOTDIR:  # O_DIRECTORY wins over O_NOFOLLOW for a symlink: ask which
+            try:
+                symlink = stat.S_ISLNK(os.lstat(name, dir_fd=dir_fd).st_mode)
+            except OSError:
+                pass
+        if symlink:
+            raise LogRefused("refused %s: it is a symlink; the sentinel reads only real directories "
+                             "inside the instance directory" % path)
         if err.errno == errno.ENOENT:
-            return None, None
-        if err.errno == errno.ELOOP:
-            raise LogError("cannot read %s: it is a symlink" % path)
+            raise LogError("%s does not exist (the instance has not booted yet)" % path)
+        if err.errno == errno.ENOTDIR:
+            raise LogError("cannot read %s: not a directory" % path)
         raise LogError("cannot read %s: %s" % (path, err.strerror or err))
+
+
+def open_log_dir(log_dir):
+    """An fd of ``<guests>/<id>/logs``, refusing a symlinked instance directory or ``logs``.
+
+    Every log is then opened relative to this fd, so a symlink swapped in
+    while we read cannot send the scan to another instance's files.
+    """
+    guest_dir = os.path.dirname(log_dir)
+    guest_fd = _open_dir_nofollow(guest_dir, guest_dir)
     try:
-        st = os.fstat(fd)
+        return _open_dir_nofollow(os.path.basename(log_dir), log_dir, dir_fd=guest_fd)
+    finally:
+        os.close(guest_fd)
+
+
+def _open_log(dir_fd, log_dir, name):
+    """``(fd, stat)`` of the regular file ``name`` in the log dir, or ``(None, None)`` when it does not exist.
+
+    Never follows a symlink, never blocks on a FIFO, refuses a file with
+    other hard links (it could be another instance's log).
+    """
+    path = os.path.join(log_dir, name)
+    try:
+        fd, st = _fileio.open_regular(name, follow=False, dir_fd=dir_fd)
+    except FileNotFoundError:
+        return None, None
+    except _fileio.HostFileError as err:
+        if err.errno == errno.ELOOP:
+            raise LogRefused("refused %s: it is a symlink; the sentinel reads only regular files "
+                             "inside the instance's logs directory" % path)
+        raise LogError("cannot read %s: it %s" % (path, err.strerror))
+    except IsADirectoryError:
+        raise LogError("cannot read %s: it is a directory, not a regular file" % path)
     except OSError as err:
-        os.close(fd)
         raise LogError("cannot read %s: %s" % (path, err.strerror or err))
-    if not stat.S_ISREG(st.st_mode):
+    if st.st_nlink > 1:
         os.close(fd)
-        raise LogError("cannot read %s: not a regular file" % path)
+        raise LogRefused("refused %s: it has %d hard links; a log shared with another file is not "
+                         "this instance's own" % (path, st.st_nlink))
     return fd, st
 
 
@@ -479,10 +524,17 @@ class _InstanceScan(object):
         self.archive_names = []
         self.new_boot = False
         self.stale = {}  # path -> why none of its markers belong to the assignment
+        self.dir_fd = None
+
+    def close(self):
+        if self.dir_fd is not None:
+            os.close(self.dir_fd)
+            self.dir_fd = None
 
     def _list(self):
+        self.dir_fd = open_log_dir(self.log_dir)
         try:
-            names = os.listdir(self.log_dir)
+            names = os.listdir(self.dir_fd)
         except OSError as err:
             raise LogError("cannot list %s: %s" % (self.log_dir, err.strerror or err))
         self.archive_names = sorted((n for n in names if _ARCHIVE_RE.match(n)), key=_archive_ns)
@@ -510,10 +562,10 @@ class _InstanceScan(object):
     def current(self, same_assignment):
         """Read new bytes of the current log stream; returns (markers, log, rotated)."""
         self._list()
-        app_fd, app_st = _open_regular(self.app_path)
+        app_fd, app_st = _open_log(self.dir_fd, self.log_dir, "app.log")
         rot_fd = None
         try:
-            rot_fd, rot_st = _open_regular(self.rotated_path)
+            rot_fd, rot_st = _open_log(self.dir_fd, self.log_dir, "app.log.1")
             if app_fd is None:
                 raise LogError("%s does not exist (the instance has not booted yet)" % self.app_path)
             self._check_written_during(self.app_path, app_st)
@@ -592,7 +644,7 @@ class _InstanceScan(object):
         result = {}
         for name in self.archive_names:
             path = os.path.join(self.log_dir, name)
-            fd, st = _open_regular(path)
+            fd, st = _open_log(self.dir_fd, self.log_dir, name)
             if fd is None:
                 continue  # pruned while we looked
             try:
@@ -760,7 +812,11 @@ def _scan_one(report, cursors, instance, log_dir_of, buf):
         archives = work.archives()
     except LogError as err:
         report.skipped.append({"instance_id": instance_id, "reason": str(err)})
+        if isinstance(err, LogRefused):
+            report.warnings.append("sentinel skipped instance %s: %s" % (instance_id, err))
         return
+    finally:
+        work.close()
     report.scanned.extend(work.scanned)
     report.warnings.extend(work.warnings)
 

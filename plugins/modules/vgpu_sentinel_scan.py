@@ -31,6 +31,9 @@ description:
   - C(app.log.prev.<ns>) archives belong to earlier boots and are returned as RV(history) only, never
     reported to the store. Instances without a vendor-VFIO claim and retention stubs are skipped
     with a reason.
+  - Logs are read only from real directories and regular files inside C(<data_dir>/guests/<id>/). A
+    symlinked instance directory, C(logs/) or log file, or a log with other hard links, skips that
+    instance with a reason in RV(skipped_instances) and a warning.
   - A durable cursor per instance in O(state_dir) (keyed by instance, assignment and file identity)
     makes a later run read only new bytes. It survives hypeman's copytruncate rotation (the unread
     tail of C(app.log.1) is read first) and a corrupt cursor file is rebuilt with a warning.
