@@ -54,6 +54,54 @@ class Host(object):
         return os.path.join(self.state_dir, "sentinel", instance_id + ".json")
 
 
+class MiniHost(object):
+    """Only what the sentinel reads: ``guests/<id>/{metadata.json,logs/}`` and a state dir.
+
+    Much cheaper than a full :class:`HostTree` (no sysfs, /proc or store), for
+    tests that build many hosts (property tests, crash loops).
+    """
+
+    VFS = ["0000:82:00.%d" % function for function in range(4, 8)]
+
+    def __init__(self, root):
+        self.data_dir = os.path.join(str(root), "var", "lib", "hypeman")
+        self.state_dir = os.path.join(str(root), "var", "lib", "hypeman-vgpu")
+        os.makedirs(os.path.join(self.data_dir, "guests"))
+
+    def metadata_path(self, instance_id):
+        return os.path.join(self.data_dir, "guests", instance_id, "metadata.json")
+
+    def instance(self, instance_id, vf_index=0, claimed_at=CLAIMED_AT):
+        """A running vendor-VFIO instance (claim variant) with an empty app.log."""
+        os.makedirs(self.logs(instance_id), exist_ok=True)
+        self.reassign(instance_id, vf_index, claimed_at)
+        with open(self.app(instance_id), "wb"):
+            pass
+        return self.app(instance_id)
+
+    def reassign(self, instance_id, vf_index, claimed_at):
+        meta = {"Id": instance_id, "Name": instance_id, "HypervisorType": "qemu",
+                "GPUProfile": "NVIDIA L40S-2Q", "GPUFramework": "vendor-vfio",
+                "GPUDevicePath": "/sys/bus/pci/devices/%s" % self.VFS[vf_index], "GPUMdevUUID": "",
+                "GPUClaimedAt": claimed_at}
+        with open(self.metadata_path(instance_id), "w") as handle:
+            json.dump(meta, handle)
+
+    def logs(self, instance_id):
+        return _hypeman.instance_log_dir(self.data_dir, instance_id)
+
+    def app(self, instance_id):
+        return os.path.join(self.logs(instance_id), "app.log")
+
+    def scan(self, check_mode=False, only=None, recorder=None):
+        instances, unreadable = _hypeman.list_instances(self.data_dir)
+        return _sentinel.run(instances, unreadable, self.logs, self.state_dir, only=only,
+                             check_mode=check_mode, recorder=recorder)[0]
+
+    def cursor_path(self, instance_id):
+        return os.path.join(self.state_dir, "sentinel", instance_id + ".json")
+
+
 def verdicts(report):
     return {f["instance_id"]: (f["verdict"], f["ts"]) for f in report.findings}
 

@@ -516,8 +516,8 @@ def test_assignment_changed_during_the_scan_is_not_attributed(host, monkeypatch)
     guestlog.append(app, guestlog.report("failed", CLAIMED_NS + 27 * SEC))
     real_current = _sentinel._InstanceScan.current
 
-    def racing_current(self, same_assignment):
-        result = real_current(self, same_assignment)
+    def racing_current(self, same_assignment, sink):
+        result = real_current(self, same_assignment, sink)
         host.reassign("inst-a", vf_index=1, claimed_at=_ts(10))  # hypeman moved it meanwhile
         return result
 
