@@ -31,7 +31,6 @@ import json
 import os
 import re
 import stat
-import tempfile
 
 from ansible_collections.hypeman.vgpu.plugins.module_utils import _fileio, _hypeman
 from ansible_collections.hypeman.vgpu.plugins.module_utils._errors import VgpuError

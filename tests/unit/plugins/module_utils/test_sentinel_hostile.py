@@ -296,8 +296,7 @@ def _paths(value, prefix=()):
     yield prefix
     if isinstance(value, dict):
         for key, child in value.items():
-            for path in _paths(child, prefix + (key,)):
-                yield path
+            yield from _paths(child, prefix + (key,))
 
 
 _cursor_content = st.one_of(
