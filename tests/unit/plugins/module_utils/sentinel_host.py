@@ -61,7 +61,7 @@ class MiniHost(object):
     tests that build many hosts (property tests, crash loops).
     """
 
-    VFS = ["0000:82:00.%d" % function for function in range(4, 8)]
+    VFS = ["0000:82:%02x.%d" % (device, function) for device in (0, 1) for function in range(4)]
 
     def __init__(self, root):
         self.data_dir = os.path.join(str(root), "var", "lib", "hypeman")
