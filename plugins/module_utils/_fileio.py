@@ -46,16 +46,17 @@ def file_kind(mode):
     return "not a regular file"
 
 
-def open_regular(path, follow=True):
+def open_regular(path, follow=True, dir_fd=None):
     """``(fd, stat)`` of the regular file ``path``, opened without blocking.
 
     ``follow=False`` refuses a symlink in the last component (O_NOFOLLOW).
+    ``dir_fd`` opens ``path`` relative to that open directory, as ``os.open`` does.
     Raises FileNotFoundError like ``open()``, IsADirectoryError for a
     directory and :class:`HostFileError` for any other kind of file.
     """
     flags = _OPEN_FLAGS if follow else _OPEN_FLAGS | os.O_NOFOLLOW
     try:
-        fd = os.open(path, flags)
+        fd = os.open(path, flags, dir_fd=dir_fd)
     except OSError as err:
         if err.errno == errno.ELOOP and not follow:
             raise HostFileError(errno.ELOOP, "is a symlink, which is refused here", path) from err

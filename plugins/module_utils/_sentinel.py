@@ -31,11 +31,11 @@ import json
 import os
 import re
 import stat
-import tempfile
 
-from ansible_collections.hypeman.vgpu.plugins.module_utils import _hypeman
+from ansible_collections.hypeman.vgpu.plugins.module_utils import _fileio, _hypeman
 from ansible_collections.hypeman.vgpu.plugins.module_utils._errors import VgpuError
-from ansible_collections.hypeman.vgpu.plugins.module_utils._gotime import parse_rfc3339
+from ansible_collections.hypeman.vgpu.plugins.module_utils._gotime import (
+    format_utc_rfc3339nano, from_unix_ns, parse_rfc3339, to_unix_ns)
 
 MARKER_PREFIX = b"HYPEMAN-GPU-INIT-"
 MAX_LINE_BYTES = 64 * 1024  # hypeman's sentinel skipped longer lines
@@ -43,6 +43,9 @@ BLOCK_BYTES = 1 << 20
 FINGERPRINT_BYTES = 4096  # bytes before a cursor that must be unchanged to resume there
 STATE_VERSION = 1
 STATE_SUBDIR = "sentinel"
+# A cursor this collection writes stays far below this (each text it keeps is
+# capped); a bigger file is not ours and is refused unread.
+CURSOR_LIMIT = 4 * 1024 * 1024
 VENDOR_VFIO = "vendor-vfio"
 
 # hypeman's newest L1 patterns (reference §5.2), applied to one line without
@@ -106,12 +109,17 @@ class MarkerReader(object):
     without being kept, so a 10 MB line costs no memory. A final line without
     its newline is not a complete line; it stays ``partial`` until the rest
     arrives (in a later block, file or run).
+
+    Each marker goes to ``sink(marker)`` when given (the scan keeps nothing
+    per marker), else to the ``markers`` list; ``count`` counts them.
     """
 
-    def __init__(self, partial=b"", overlong=False):
+    def __init__(self, partial=b"", overlong=False, sink=None):
         self.partial = partial
         self.overlong = overlong
         self.markers = []
+        self.sink = sink if sink is not None else self.markers.append
+        self.count = 0
         self.source = None
 
     def reset_line(self):
@@ -123,7 +131,8 @@ class MarkerReader(object):
         marker = match_marker(line)
         if marker is not None:
             marker.file = self.source
-            self.markers.append(marker)
+            self.count += 1
+            self.sink(marker)
 
     def _extend(self, buf, start, end):
         if self.overlong:
@@ -169,27 +178,78 @@ class LogError(Exception):
     """A log that exists but cannot be read as a regular file."""
 
 
-def _open_regular(path):
-    """``(fd, stat)`` of a regular file, or ``(None, None)`` when it does not exist.
+class LogRefused(LogError):
+    """A log or log directory refused by policy (a symlink, a shared file): the host is not as hypeman leaves it."""
 
-    Never follows a symlink in the last component and never blocks on a FIFO.
-    """
+
+_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0)
+
+
+def _open_dir_nofollow(name, path, dir_fd=None):
+    """An fd of the real directory ``name`` (relative to ``dir_fd``); ``path`` names it in errors."""
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+        return os.open(name, _DIR_FLAGS, dir_fd=dir_fd)
     except OSError as err:
+        symlink = err.errno == errno.ELOOP
+        if err.errno == errno.ENOTDIR:  # O_DIRECTORY wins over O_NOFOLLOW for a symlink: ask which
+            try:
+                symlink = stat.S_ISLNK(os.lstat(name, dir_fd=dir_fd).st_mode)
+            except OSError:
+                pass
+        if symlink:
+            raise LogRefused("refused %s: it is a symlink; the sentinel reads only real directories "
+                             "inside the instance directory" % path)
         if err.errno == errno.ENOENT:
-            return None, None
-        if err.errno == errno.ELOOP:
-            raise LogError("cannot read %s: it is a symlink" % path)
+            raise LogError("%s does not exist (the instance has not booted yet)" % path)
+        if err.errno == errno.ENOTDIR:
+            raise LogError("cannot read %s: not a directory" % path)
         raise LogError("cannot read %s: %s" % (path, err.strerror or err))
+
+
+def open_log_dir(log_dir):
+    """An fd of ``<guests>/<id>/logs``, refusing a symlinked instance directory or ``logs``.
+
+    Every log is then opened relative to this fd, so a symlink swapped in
+    while we read cannot send the scan to another instance's files.
+    """
+    guest_dir = os.path.dirname(log_dir)
+    guest_fd = _open_dir_nofollow(guest_dir, guest_dir)
     try:
-        st = os.fstat(fd)
+        return _open_dir_nofollow(os.path.basename(log_dir), log_dir, dir_fd=guest_fd)
+    finally:
+        os.close(guest_fd)
+
+
+def _open_log(dir_fd, log_dir, name):
+    """``(fd, stat)`` of the regular file ``name`` in the log dir, or ``(None, None)`` when it does not exist.
+
+    Never follows a symlink, never blocks on a FIFO, refuses a file with
+    other hard links (it could be another instance's log).
+    """
+    path = os.path.join(log_dir, name)
+    try:
+        fd, st = _fileio.open_regular(name, follow=False, dir_fd=dir_fd)
+    except FileNotFoundError:
+        return None, None
+    except _fileio.HostFileError as err:
+        if err.errno == errno.ELOOP:
+            raise LogRefused("refused %s: it is a symlink; the sentinel reads only regular files "
+                             "inside the instance's logs directory" % path)
+        raise LogError("cannot read %s: it %s" % (path, err.strerror))
+    except IsADirectoryError:
+        raise LogError("cannot read %s: it is a directory, not a regular file" % path)
     except OSError as err:
-        os.close(fd)
+        try:  # a socket fails the open itself (ENXIO): say what it is
+            mode = os.lstat(name, dir_fd=dir_fd).st_mode
+        except OSError:
+            mode = stat.S_IFREG
+        if not stat.S_ISREG(mode):
+            raise LogError("cannot read %s: it is %s, not a regular file" % (path, _fileio.file_kind(mode)))
         raise LogError("cannot read %s: %s" % (path, err.strerror or err))
-    if not stat.S_ISREG(st.st_mode):
+    if st.st_nlink > 1:
         os.close(fd)
-        raise LogError("cannot read %s: not a regular file" % path)
+        raise LogRefused("refused %s: it has %d hard links; a log shared with another file is not "
+                         "this instance's own" % (path, st.st_nlink))
     return fd, st
 
 
@@ -257,6 +317,17 @@ def _is_int(value):
     return isinstance(value, int) and not isinstance(value, bool) and value >= 0
 
 
+def _is_text(value):
+    """A str that can go out as UTF-8 (JSON may carry lone surrogates, which cannot)."""
+    if not isinstance(value, str):
+        return False
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
 def _valid_ident(value):
     return isinstance(value, list) and len(value) == 4 and all(_is_int(v) for v in value)
 
@@ -264,11 +335,11 @@ def _valid_ident(value):
 def _valid_verdict(value, archive=False):
     if not isinstance(value, dict) or value.get("verdict") not in ("failed", "ok"):
         return False
-    if not isinstance(value.get("ts"), str) or not isinstance(value.get("nvrm"), (str, type(None))):
+    if not _is_text(value.get("ts")) or not (value.get("nvrm") is None or _is_text(value.get("nvrm"))):
         return False
     if archive:
         return True
-    return isinstance(value.get("file"), str) and isinstance(value.get("recorded"), bool)
+    return _is_text(value.get("file")) and isinstance(value.get("recorded"), bool)
 
 
 def _valid_log(value):
@@ -281,10 +352,10 @@ def _valid_log(value):
     if not isinstance(value.get("partial"), str) or not isinstance(value.get("overlong"), bool):
         return False
     try:
-        base64.b64decode(value["partial"].encode("ascii"), validate=True)
+        partial = base64.b64decode(value["partial"].encode("ascii"), validate=True)
     except (ValueError, binascii.Error):
         return False
-    return True
+    return len(partial) <= MAX_LINE_BYTES and b"\n" not in partial
 
 
 def valid_state(state, instance_id):
@@ -295,7 +366,7 @@ def valid_state(state, instance_id):
         return False
     assignment = state.get("assignment")
     if not isinstance(assignment, dict) or not all(
-            isinstance(assignment.get(k), str) for k in ("vf_address", "assigned_at")):
+            _is_text(assignment.get(k)) for k in ("vf_address", "assigned_at")):
         return False
     if not _valid_log(state.get("log")):
         return False
@@ -316,106 +387,194 @@ def valid_state(state, instance_id):
     return True
 
 
+class CursorDirError(VgpuError):
+    """The cursor directory cannot be used (a symlink, not a directory, unreadable)."""
+
+
 class CursorStore(object):
     """Per-instance cursor files ``<state_dir>/sentinel/<instance_id>.json``.
 
-    Each file is replaced atomically (temp file, fsync, rename, directory
-    fsync). A file that cannot be parsed or validated is rebuilt from scratch
-    with a warning, never a crash: the worst case is reading logs again, and
-    the store deduplicates per assignment.
+    The directory is opened once without following a symlink, and every file
+    operation is relative to that descriptor. Each file is replaced
+    atomically (fixed temp name ``.<id>.tmp`` under the lock, fsync, rename,
+    directory fsync), mode 0600 in a 0700 directory whatever the umask. A
+    file that cannot be read, parsed or validated (any kind of file, any
+    content) is rebuilt from scratch with a warning, never a crash: the worst
+    case is reading logs again, and the store deduplicates per assignment.
     """
 
     def __init__(self, state_dir):
         self.state_dir = state_dir
         self.directory = os.path.join(state_dir, STATE_SUBDIR)
         self._lock_fd = None
+        self._dir_fd = None
+        self._opened = False
 
     def path(self, instance_id):
         return os.path.join(self.directory, instance_id + ".json")
 
+    def _error(self, err):
+        return CursorDirError("cannot use sentinel state directory %s: %s"
+                              % (self.directory, getattr(err, "strerror", None) or err), state_dir=self.state_dir)
+
+    def _open_dir(self, create):
+        """The directory's fd, or None when it does not exist and ``create`` is false."""
+        if self._dir_fd is not None:
+            return self._dir_fd
+        if self._opened and not create:
+            return None  # known not to exist
+        created = False
+        if create:
+            try:
+                if not os.path.isdir(self.state_dir):
+                    os.makedirs(self.state_dir, 0o700)
+                os.mkdir(self.directory, 0o700)
+                created = True
+            except FileExistsError:
+                pass
+            except OSError as err:
+                raise self._error(err)
+        try:
+            fd = os.open(self.directory, _DIR_FLAGS)
+        except OSError as err:
+            if err.errno == errno.ENOENT and not create:
+                self._opened = True
+                return None
+            if err.errno == errno.ELOOP or os.path.islink(self.directory):
+                raise CursorDirError("refused sentinel state directory %s: it is a symlink; remove it and "
+                                     "run again" % self.directory, state_dir=self.state_dir)
+            raise self._error(err)
+        if created:
+            try:
+                os.fchmod(fd, 0o700)  # mkdir's mode is cut by the umask
+                _fsync_dir(self.state_dir)  # the new directory entry survives a crash
+            except OSError as err:
+                os.close(fd)
+                raise self._error(err)
+        self._dir_fd = fd
+        self._opened = True
+        return fd
+
     def lock(self):
         """Create the directory and hold an exclusive lock until :meth:`unlock`."""
+        dir_fd = self._open_dir(create=True)
         try:
-            if not os.path.isdir(self.state_dir):
-                os.makedirs(self.state_dir, 0o700)
-            if not os.path.isdir(self.directory):
-                os.mkdir(self.directory, 0o700)
-            fd = os.open(os.path.join(self.directory, ".lock"),
-                         os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0), 0o600)
+            fd = os.open(".lock", os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK
+                         | getattr(os, "O_CLOEXEC", 0), 0o600, dir_fd=dir_fd)
         except OSError as err:
-            raise VgpuError("cannot use sentinel state directory %s: %s"
-                            % (self.directory, err.strerror or err), state_dir=self.state_dir)
+            raise self._error(err)
         try:
+            os.fchmod(fd, 0o600)  # O_CREAT's mode is cut by the umask
+            if not stat.S_ISREG(os.fstat(fd).st_mode):
+                raise OSError(errno.EINVAL, "%s is %s, not a regular file"
+                              % (os.path.join(self.directory, ".lock"), _fileio.file_kind(os.fstat(fd).st_mode)))
             fcntl.flock(fd, fcntl.LOCK_EX)  # another run on this host waits here
         except OSError as err:
             os.close(fd)
-            raise VgpuError("cannot lock sentinel state directory %s: %s" % (self.directory, err.strerror or err))
+            raise CursorDirError("cannot lock sentinel state directory %s: %s"
+                                 % (self.directory, err.strerror or err), state_dir=self.state_dir)
         self._lock_fd = fd
-        for name in os.listdir(self.directory):
+        for name in os.listdir(dir_fd):
             if name.startswith(".") and name.endswith(".tmp"):  # left by a run killed mid-write
                 try:
-                    os.unlink(os.path.join(self.directory, name))
+                    os.unlink(name, dir_fd=dir_fd)
                 except OSError:
                     pass
 
     def unlock(self):
+        """Release the lock and close the directory."""
         if self._lock_fd is not None:
             os.close(self._lock_fd)
             self._lock_fd = None
+        self.close()
+
+    def close(self):
+        """Close the directory (it is opened again when needed)."""
+        if self._dir_fd is not None:
+            os.close(self._dir_fd)
+            self._dir_fd = None
+        self._opened = False
 
     def load(self, instance_id):
-        """``(state or None, warning or None)``."""
+        """``(state or None, warning or None)``; raises :class:`LogError` when the cursor cannot be replaced."""
         path = self.path(instance_id)
+        dir_fd = self._open_dir(create=False)
+        if dir_fd is None:
+            return None, None
         try:
-            fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+            fd, _st = _fileio.open_regular(instance_id + ".json", follow=False, dir_fd=dir_fd)
+        except FileNotFoundError:
+            return None, None
+        except IsADirectoryError:
+            # rename() cannot replace a directory: this instance cannot keep a cursor.
+            raise LogError("sentinel cursor %s is a directory, not a file; remove it" % path)
         except OSError as err:
-            if err.errno == errno.ENOENT:
-                return None, None
             return None, ("sentinel cursor %s is unreadable (%s); rebuilding it from scratch"
                           % (path, err.strerror or err))
         try:
-            with os.fdopen(fd, "rb") as handle:
-                state = json.loads(handle.read().decode("utf-8"))
-        except (OSError, ValueError) as err:
-            return None, ("sentinel cursor %s is corrupt (%s); rebuilding it from scratch" % (path, err))
+            data = _fileio.read_fd(fd, path, CURSOR_LIMIT)
+        except OSError as err:
+            return None, ("sentinel cursor %s is unreadable (%s); rebuilding it from scratch"
+                          % (path, err.strerror or err))
+        finally:
+            os.close(fd)
+        try:
+            state = json.loads(data.decode("utf-8"), parse_constant=_reject_constant)
+        except (ValueError, RecursionError) as err:
+            return None, ("sentinel cursor %s is corrupt (%s); rebuilding it from scratch"
+                          % (path, _short(err)))
         if not valid_state(state, instance_id):
             return None, ("sentinel cursor %s is corrupt (unexpected content); rebuilding it from scratch"
                           % path)
         return state, None
 
     def save(self, instance_id, state):
+        """Replace the cursor atomically: after a crash it is either the old or the new one."""
         data = json.dumps(state, sort_keys=True, separators=(",", ":")).encode("utf-8")
-        tmp = None
+        dir_fd = self._open_dir(create=True)
+        name = instance_id + ".json"
+        tmp = "." + instance_id + ".tmp"  # fixed name: runs are serialised by the lock
         try:
-            fd, tmp = tempfile.mkstemp(prefix="." + instance_id + ".", suffix=".tmp", dir=self.directory)
             try:
+                os.unlink(tmp, dir_fd=dir_fd)
+            except FileNotFoundError:
+                pass
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0),
+                         0o600, dir_fd=dir_fd)
+            try:
+                os.fchmod(fd, 0o600)
                 view = memoryview(data)
                 while view:
                     view = view[os.write(fd, view):]
                 os.fsync(fd)
             finally:
                 os.close(fd)
-            os.rename(tmp, self.path(instance_id))
+            os.rename(tmp, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
         except OSError as err:
-            if tmp is not None:
-                try:
-                    os.unlink(tmp)
-                except OSError:
-                    pass
+            try:
+                os.unlink(tmp, dir_fd=dir_fd)
+            except OSError:
+                pass
             raise VgpuError("cannot write sentinel cursor %s: %s"
                             % (self.path(instance_id), err.strerror or err))
 
     def remove(self, instance_id):
+        dir_fd = self._open_dir(create=False)
+        if dir_fd is None:
+            return
         try:
-            os.unlink(self.path(instance_id))
+            os.unlink(instance_id + ".json", dir_fd=dir_fd)
         except OSError as err:
             if err.errno != errno.ENOENT:
                 raise VgpuError("cannot remove sentinel cursor %s: %s"
                                 % (self.path(instance_id), err.strerror or err))
 
     def known_ids(self):
+        dir_fd = self._open_dir(create=False)
+        if dir_fd is None:
+            return []
         try:
-            names = os.listdir(self.directory)
+            names = os.listdir(dir_fd)
         except OSError:
             return []
         return [n[:-5] for n in names if n.endswith(".json") and not n.startswith(".")]
@@ -423,13 +582,26 @@ class CursorStore(object):
     def sync(self):
         """fsync the directory so the renames survive a crash."""
         try:
-            fd = os.open(self.directory, os.O_RDONLY)
-            try:
-                os.fsync(fd)
-            finally:
-                os.close(fd)
+            os.fsync(self._open_dir(create=True))
         except OSError as err:
             raise VgpuError("cannot sync sentinel state directory %s: %s" % (self.directory, err.strerror or err))
+
+
+def _fsync_dir(path):
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | getattr(os, "O_CLOEXEC", 0))
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _reject_constant(name):
+    raise ValueError("invalid JSON value %s" % name)
+
+
+def _short(err):
+    text = str(err)
+    return text if len(text) <= 200 else text[:200] + "..."
 
 
 # --- scanning one instance ------------------------------------------------------------------
@@ -443,10 +615,97 @@ def _decode_partial(text):
     return base64.b64decode(text.encode("ascii"))
 
 
-class _InstanceScan(object):
-    """Scan one instance's logs, starting from its previous cursor record."""
+MAX_UNATTRIBUTED = 100  # per instance and run; the rest is counted in a warning
+MAX_HISTORY_TEXT = 512  # characters of ts/nvrm kept per archive summary (a cursor stays small)
 
-    def __init__(self, instance_id, log_dir, old, buf):
+
+class _Evidence(object):
+    """Attributes each marker of one instance's scan as it is read: constant memory.
+
+    A marker counts for the assignment when host facts do not rule its file
+    out (``stale``) and its ``ts`` is not before the assignment; the last one
+    wins. The others are listed as unattributed (copies once, at most
+    MAX_UNATTRIBUTED).
+    """
+
+    def __init__(self, instance_id, assignment, stale):
+        self.instance_id = instance_id
+        self.assignment = assignment
+        self.stale = stale
+        self.last = None
+        self.count = 0
+        self.unattributed = []
+        self.more = 0
+        self._listed = set()
+
+    def __call__(self, marker):
+        self.count += 1
+        # Host facts first: a file last written before the assignment holds nothing of it,
+        # whatever its guest timestamps say. The guest ts can then only exclude.
+        why = self.stale.get(marker.file)
+        if why is None:
+            try:
+                when = parse_rfc3339(marker.ts)
+            except ValueError:
+                why = "marker ts is not an RFC 3339 time"
+            else:
+                if when >= self.assignment["time"]:
+                    self.last = marker
+                    return
+                why = "marker ts is earlier than the assignment time %s" % self.assignment["assigned_at"]
+        ident = (marker.key(), marker.file)
+        if ident in self._listed:  # three copies, one entry
+            return
+        if len(self.unattributed) >= MAX_UNATTRIBUTED:
+            self.more += 1
+            return
+        self._listed.add(ident)
+        self.unattributed.append({
+            "instance_id": self.instance_id, "file": marker.file, "verdict": marker.verdict,
+            "ts": marker.ts, "nvrm": marker.nvrm, "reason": why})
+
+
+class _ArchiveSummary(object):
+    """Distinct reports and the last marker of one archive, in constant memory."""
+
+    def __init__(self):
+        self.reports = 0
+        self.last = None
+
+    def __call__(self, marker):
+        if self.last is None or self.last.key() != marker.key():  # the agent's copies are back to back
+            self.reports += 1
+        self.last = marker
+
+    def entry(self, ident):
+        last = self.last
+        return {"ident": ident, "markers": self.reports,
+                "last": None if last is None else {"verdict": last.verdict, "ts": last.ts[:MAX_HISTORY_TEXT],
+                                                   "nvrm": None if last.nvrm is None else last.nvrm[:MAX_HISTORY_TEXT]}}
+
+
+def _archive_ns(name):
+    return int(_ARCHIVE_RE.match(name).group(1))
+
+
+class _InstanceScan(object):
+    """Scan one instance's logs, starting from its previous cursor record.
+
+    Which bytes may hold evidence for the current assignment is decided from
+    host-side facts only (the guest's clock is not trusted; see
+    docs/sentinel.md, "Which bytes belong to an assignment"):
+
+    * a log file whose mtime (host clock) is before the assignment time, or
+      before the current boot began (the newest ``app.log.prev.<ns>``, named
+      by hypeman with the host clock), was last written before the
+      assignment: its markers are listed in ``stale`` and never attributed;
+    * a new ``app.log.prev.<ns>`` since the last scan means a new boot: the
+      cursor's ``app.log`` stream is over, whatever its inode;
+    * bytes read under a previous assignment of the same ``app.log`` stream
+      stay with that assignment: a new assignment resumes after them.
+    """
+
+    def __init__(self, instance_id, log_dir, old, buf, assignment):
         self.instance_id = instance_id
         self.log_dir = log_dir
         self.old = old or {}
@@ -455,35 +714,71 @@ class _InstanceScan(object):
         self.warnings = []
         self.app_path = os.path.join(log_dir, "app.log")
         self.rotated_path = self.app_path + ".1"
+        self.floor_ns = to_unix_ns(assignment["time"])
+        self.floor_why = "the assignment (%s)" % assignment["assigned_at"]
+        self.archive_names = []
+        self.new_boot = False
+        self.stale = {}  # path -> why none of its markers belong to the assignment
+        self.dir_fd = None
+
+    def close(self):
+        if self.dir_fd is not None:
+            os.close(self.dir_fd)
+            self.dir_fd = None
+
+    def _list(self):
+        self.dir_fd = open_log_dir(self.log_dir)
+        try:
+            names = os.listdir(self.dir_fd)
+        except OSError as err:
+            raise LogError("cannot list %s: %s" % (self.log_dir, err.strerror or err))
+        self.archive_names = sorted((n for n in names if _ARCHIVE_RE.match(n)), key=_archive_ns)
+        if self.archive_names:
+            newest = self.archive_names[-1]
+            if _archive_ns(newest) > self.floor_ns:
+                self.floor_ns = _archive_ns(newest)
+                self.floor_why = "the current boot began (%s)" % newest
+        known = self.old.get("archives")
+        self.new_boot = known is not None and any(n not in known for n in self.archive_names)
+
+    def _check_written_during(self, path, st):
+        """Mark ``path`` stale when the host says it was last written before the assignment."""
+        if st is not None and st.st_mtime_ns < self.floor_ns:
+            self.stale[path] = "%s was last written at %s (host clock), before %s" % (
+                os.path.basename(path), format_utc_rfc3339nano(from_unix_ns(st.st_mtime_ns)), self.floor_why)
 
     def _read(self, reader, spans):
         for span in spans:
-            before = len(reader.markers)
+            before = reader.count
             count = span.read(reader, self.buf)
             self.scanned.append({"instance_id": self.instance_id, "file": span.path, "bytes_read": count,
-                                 "markers": len(reader.markers) - before})
+                                 "markers": reader.count - before})
 
-    def current(self, same_assignment):
-        """Read new bytes of the current log stream; returns (markers, log, rotated)."""
-        app_fd, app_st = _open_regular(self.app_path)
+    def current(self, same_assignment, sink):
+        """Read new bytes of the current log stream into ``sink``; returns (log, rotated)."""
+        self._list()
+        app_fd, app_st = _open_log(self.dir_fd, self.log_dir, "app.log")
         rot_fd = None
         try:
-            rot_fd, rot_st = _open_regular(self.rotated_path)
+            rot_fd, rot_st = _open_log(self.dir_fd, self.log_dir, "app.log.1")
             if app_fd is None:
                 raise LogError("%s does not exist (the instance has not booted yet)" % self.app_path)
+            self._check_written_during(self.app_path, app_st)
+            self._check_written_during(self.rotated_path, rot_st)
             old_log = self.old.get("log")
             rot_ident = _ident(rot_st) if rot_st is not None else None
             # app.log.1 is written only by a rotation: a new one means app.log was cut since last time.
             rot_new = rot_ident is not None and rot_ident != self.old.get("rotated")
-            reader = MarkerReader()
-            resumable = (same_assignment and old_log is not None
+            reader = MarkerReader(sink=sink)
+            # The same app.log stream as at the last scan: same file, no boot since.
+            resumable = (old_log is not None and not self.new_boot
                          and old_log["ident"][:2] == [app_st.st_dev, app_st.st_ino])
             if resumable:
-                app_span = self._resume(reader, old_log, app_fd, app_st, rot_fd, rot_st, rot_new)
+                app_span = self._resume(reader, old_log, app_fd, app_st, rot_fd, rot_st, rot_new, same_assignment)
             else:
-                # A new file (new boot), a new assignment or no cursor: start fresh. A new
-                # app.log.1 may hold this boot's first bytes; the time window sorts out
-                # which of its markers belong to the assignment.
+                # A new file (new boot) or no cursor: start fresh. A new app.log.1 may hold
+                # this boot's first bytes; one rotated before this boot or assignment is
+                # marked stale by its mtime, so a previous boot's markers are never replayed.
                 spans = []
                 if rot_new:
                     spans.append(_Span(self.rotated_path, rot_fd, 0, rot_st.st_size))
@@ -498,19 +793,24 @@ class _InstanceScan(object):
                 "partial": _encode_partial(reader.partial),
                 "overlong": reader.overlong,
             }
-            return reader.markers, log, rot_ident
+            return log, rot_ident
         finally:
             for fd in (app_fd, rot_fd):
                 if fd is not None:
                     os.close(fd)
 
-    def _resume(self, reader, old_log, app_fd, app_st, rot_fd, rot_st, rot_new):
+    def _resume(self, reader, old_log, app_fd, app_st, rot_fd, rot_st, rot_new, same_assignment):
         offset = old_log["offset"]
         seed = _bytes_before(app_fd, offset, self.app_path) if app_st.st_size >= offset else None
         intact = seed is not None and _fingerprint(seed) == old_log["fingerprint"]
         partial = _decode_partial(old_log["partial"])
+        overlong = old_log["overlong"]
+        if not same_assignment:
+            # The bytes before the cursor were read under the previous assignment and stay
+            # with it; so does the rest of a line already begun then (skipped to its end).
+            partial, overlong = b"", bool(partial) or overlong
         if intact and not rot_new:
-            reader.partial, reader.overlong = partial, old_log["overlong"]
+            reader.partial, reader.overlong = partial, overlong
             app_span = _Span(self.app_path, app_fd, offset, app_st.st_size, seed)
             self._read(reader, [app_span])
             return app_span
@@ -520,7 +820,7 @@ class _InstanceScan(object):
             rot_seed = _bytes_before(rot_fd, offset, self.rotated_path)
         if rot_seed is not None and _fingerprint(rot_seed) == old_log["fingerprint"]:
             # One stream: a line cut by the rotation is joined and matched once.
-            reader.partial, reader.overlong = partial, old_log["overlong"]
+            reader.partial, reader.overlong = partial, overlong
             self._read(reader, [_Span(self.rotated_path, rot_fd, offset, rot_st.st_size, rot_seed)])
         else:
             self.warnings.append(
@@ -535,16 +835,11 @@ class _InstanceScan(object):
 
     def archives(self):
         """Summaries of ``app.log.prev.<ns>`` archives (earlier boots), read once each."""
-        try:
-            names = os.listdir(self.log_dir)
-        except OSError as err:
-            raise LogError("cannot list %s: %s" % (self.log_dir, err.strerror or err))
         old = self.old.get("archives") or {}
         result = {}
-        for name in sorted((n for n in names if _ARCHIVE_RE.match(n)),
-                           key=lambda n: int(_ARCHIVE_RE.match(n).group(1))):
+        for name in self.archive_names:
             path = os.path.join(self.log_dir, name)
-            fd, st = _open_regular(path)
+            fd, st = _open_log(self.dir_fd, self.log_dir, name)
             if fd is None:
                 continue  # pruned while we looked
             try:
@@ -552,14 +847,9 @@ class _InstanceScan(object):
                 if previous is not None and previous["ident"] == _ident(st):
                     result[name] = previous  # archives never change: read each one once
                     continue
-                reader = MarkerReader()
-                self._read(reader, [_Span(path, fd, 0, st.st_size)])
-                last = reader.markers[-1] if reader.markers else None
-                result[name] = {
-                    "ident": _ident(st),
-                    "markers": len(set(m.key() for m in reader.markers)),
-                    "last": None if last is None else {"verdict": last.verdict, "ts": last.ts, "nvrm": last.nvrm},
-                }
+                summary = _ArchiveSummary()
+                self._read(MarkerReader(sink=summary), [_Span(path, fd, 0, st.st_size)])
+                result[name] = summary.entry(_ident(st))
             finally:
                 os.close(fd)
         return result
@@ -644,7 +934,7 @@ def run(instances, unreadable, log_dir_of, state_dir, only=None, check_mode=Fals
         cursors.lock()
     try:
         report = scan(instances, unreadable, log_dir_of, state_dir, only=only,
-                      check_mode=check_mode, block_size=block_size)
+                      check_mode=check_mode, block_size=block_size, cursors=cursors)
         recorded = recorder(report) if recorder is not None else None
         report.commit()
     finally:
@@ -653,19 +943,31 @@ def run(instances, unreadable, log_dir_of, state_dir, only=None, check_mode=Fals
 
 
 def scan(instances, unreadable, log_dir_of, state_dir, only=None, check_mode=False,
-         block_size=BLOCK_BYTES):
+         block_size=BLOCK_BYTES, cursors=None):
     """Scan the instances' logs; returns a :class:`ScanReport`.
 
     ``instances`` and ``unreadable`` are what ``_hypeman.list_instances``
     returns; ``log_dir_of(instance_id)`` gives an instance's ``logs`` dir;
     ``only`` restricts the scan to these instance ids. Cursor files are read
     here and written by ``ScanReport.commit`` (never in check mode); the
-    caller holds :meth:`CursorStore.lock` around both when not in check mode.
+    caller holds :meth:`CursorStore.lock` around both when not in check mode
+    (:func:`run` does), and may pass that ``cursors`` store.
     """
     report = ScanReport()
-    cursors = CursorStore(state_dir)
+    own = cursors is None
+    if own:
+        cursors = CursorStore(state_dir)
     if not check_mode:
         report._cursors = cursors
+    try:
+        _scan_all(report, cursors, instances, unreadable, log_dir_of, only, check_mode, block_size)
+    finally:
+        if own:
+            cursors.close()
+    return report
+
+
+def _scan_all(report, cursors, instances, unreadable, log_dir_of, only, check_mode, block_size):
     wanted = set(only) if only is not None else None
     listed = set()
     for entry in unreadable:
@@ -688,7 +990,6 @@ def scan(instances, unreadable, log_dir_of, state_dir, only=None, check_mode=Fal
             report.skipped.append({"instance_id": instance_id, "reason": "no such instance"})
     elif not check_mode:
         report._prune = sorted(i for i in set(cursors.known_ids()) - listed)
-    return report
 
 
 def _scan_one(report, cursors, instance, log_dir_of, buf):
@@ -700,43 +1001,41 @@ def _scan_one(report, cursors, instance, log_dir_of, buf):
     if assignment is None:
         report.skipped.append({"instance_id": instance_id, "reason": reason})
         return
-    old, warning = cursors.load(instance_id)
+    try:
+        old, warning = cursors.load(instance_id)
+    except LogError as err:
+        report.skipped.append({"instance_id": instance_id, "reason": str(err)})
+        return
     if warning:
         report.warnings.append(warning)
     key = {"vf_address": assignment["vf_address"], "assigned_at": assignment["assigned_at"]}
     same_assignment = old is not None and old["assignment"] == key
     log_dir = log_dir_of(instance_id)
-    work = _InstanceScan(instance_id, log_dir, old, buf)
+    work = _InstanceScan(instance_id, log_dir, old, buf, assignment)
+    evidence = _Evidence(instance_id, assignment, work.stale)
     try:
-        markers, log, rotated = work.current(same_assignment)
+        log, rotated = work.current(same_assignment, evidence)
         archives = work.archives()
     except LogError as err:
         report.skipped.append({"instance_id": instance_id, "reason": str(err)})
+        if isinstance(err, LogRefused):
+            report.warnings.append("sentinel skipped instance %s: %s" % (instance_id, err))
         return
+    finally:
+        work.close()
     report.scanned.extend(work.scanned)
     report.warnings.extend(work.warnings)
 
     verdict = dict(old["verdict"]) if same_assignment and old.get("verdict") else None
-    last = None
-    seen = set()
-    for marker in markers:
-        try:
-            when = parse_rfc3339(marker.ts)
-        except ValueError:
-            why = "marker ts is not an RFC 3339 time"
-        else:
-            if when >= assignment["time"]:
-                last = marker
-                continue
-            why = "marker ts is earlier than the assignment time %s" % assignment["assigned_at"]
-        if (marker.key(), marker.file) not in seen:  # three copies, one entry
-            seen.add((marker.key(), marker.file))
-            report.unattributed.append({
-                "instance_id": instance_id, "file": marker.file, "verdict": marker.verdict,
-                "ts": marker.ts, "nvrm": marker.nvrm, "reason": why})
-    if last is not None and not _still_assigned(instance, key):
+    last = evidence.last
+    report.unattributed.extend(evidence.unattributed)
+    if evidence.more:
+        report.warnings.append("instance %s: %d more unattributed markers read in this run are not listed"
+                               % (instance_id, evidence.more))
+    if evidence.count and not _still_assigned(instance, key):
         # hypeman re-checks the assignment before acting: a restart or release during
-        # the scan means these bytes may belong to another assignment. Try next run.
+        # the scan means these bytes may belong to another assignment, and a cursor
+        # saved now would hand them to this one. Try next run.
         report.skipped.append({"instance_id": instance_id,
                                "reason": "vGPU assignment changed during the scan; scan again"})
         return
@@ -766,7 +1065,7 @@ def _scan_one(report, cursors, instance, log_dir_of, buf):
             "file": verdict["file"],
             "recorded": verdict["recorded"],
         })
-    for name, entry in sorted(archives.items(), key=lambda kv: int(_ARCHIVE_RE.match(kv[0]).group(1))):
+    for name, entry in sorted(archives.items(), key=lambda kv: _archive_ns(kv[0])):
         if entry["last"] is not None:
             report.history.append(dict(entry["last"], instance_id=instance_id,
                                        file=os.path.join(log_dir, name), markers=entry["markers"]))
@@ -776,9 +1075,8 @@ def _still_assigned(instance, key):
     """Whether the instance's metadata still names the assignment ``key``."""
     path = instance["metadata_path"]
     try:
-        with open(path, "rb") as handle:
-            meta = _hypeman.parse_metadata(handle.read().decode("utf-8", "replace"))
-    except (IOError, OSError, ValueError):
+        meta = _hypeman.parse_metadata(_fileio.read_bytes(path).decode("utf-8", "replace"))
+    except (OSError, ValueError, RecursionError):
         return False
     fresh = _hypeman.instance_from_metadata(meta, path)
     return {"vf_address": fresh.get("vf_address"), "assigned_at": fresh.get("assigned_at")} == key

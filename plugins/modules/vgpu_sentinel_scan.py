@@ -21,13 +21,19 @@ description:
     A raw C(NVRM) line, a bare marker, a marker inside another line, an echoed command, trailing
     text, or an C(nvrm) without C(RmInitAdapter failed!) never counts. Lines over 64 KiB are skipped.
   - Markers in the current C(app.log) belong to the instance's current assignment (the VF of
-    C(GPUDevicePath) and the claim time C(GPUClaimedAt) or C(GPUAssignedAt)); a marker whose C(ts) is
-    earlier than the assignment is not attributed. Within the evidence of one assignment the last
-    marker wins (C(FAILED) then C(OK) is a resolved C(ok)), and the three copies the agent prints
-    count once.
+    C(GPUDevicePath) and the claim time C(GPUClaimedAt) or C(GPUAssignedAt)). Host-side facts decide
+    which bytes were written during the assignment, never the guest clock alone. A log file whose
+    modification time is before the assignment or before the current boot (the newest
+    C(app.log.prev.<ns>)) is not evidence, so a previous boot's C(app.log.1) is never replayed, and
+    bytes read under a previous assignment stay with it. A marker whose C(ts) is earlier than the
+    assignment is not attributed either. Within the evidence of one assignment the last marker wins
+    (C(FAILED) then C(OK) is a resolved C(ok)), and the three copies the agent prints count once.
   - C(app.log.prev.<ns>) archives belong to earlier boots and are returned as RV(history) only, never
     reported to the store. Instances without a vendor-VFIO claim and retention stubs are skipped
     with a reason.
+  - Logs are read only from real directories and regular files inside C(<data_dir>/guests/<id>/). A
+    symlinked instance directory, C(logs/) or log file, or a log with other hard links, skips that
+    instance with a reason in RV(skipped_instances) and a warning.
   - A durable cursor per instance in O(state_dir) (keyed by instance, assignment and file identity)
     makes a later run read only new bytes. It survives hypeman's copytruncate rotation (the unread
     tail of C(app.log.1) is read first) and a corrupt cursor file is rebuilt with a warning.
@@ -202,8 +208,9 @@ skipped_instances:
       sample: no vendor-VFIO vGPU claim
 unattributed:
   description:
-    - Markers read in this run that belong to no current assignment (C(ts) earlier than the
-      assignment, or not a time). They are never reported.
+    - Markers read in this run that belong to no current assignment (in a file last written before
+      the assignment or the current boot, C(ts) earlier than the assignment, or not a time). They are
+      never reported.
   returned: always
   type: list
   elements: dict

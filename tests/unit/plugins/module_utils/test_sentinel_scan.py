@@ -7,71 +7,19 @@ from __future__ import annotations
 import fcntl
 import json
 import os
+import time
 
 import pytest
 
 from ansible_collections.hypeman.vgpu.plugins.module_utils import _hypeman, _sentinel
 from ansible_collections.hypeman.vgpu.tests.sim import guestlog
-from ansible_collections.hypeman.vgpu.tests.sim.hosttree import HostTree
-
-CLAIMED_NS = 1788177600123456789  # 2026-08-31T12:00:00.123456789Z, hosttree's default claim time
-CLAIMED_AT = "2026-08-31T12:00:00.123456789Z"
-SEC = 10 ** 9
-
-
-class Host(object):
-    """A host tree with vGPU instances, and the scan as the module runs it."""
-
-    def __init__(self, root):
-        self.tree = HostTree(root)
-        self.card = self.tree.add_card("L40S", "0000:82:00.0")
-        self.state_dir = self.tree.state_dir
-
-    def instance(self, instance_id, vf_index=0, claimed_at=CLAIMED_AT, **kwargs):
-        self.tree.add_instance(instance_id, vf=self.card.vfs[vf_index], profile="NVIDIA L40S-2Q",
-                               claimed_at=claimed_at, **kwargs)
-        return self.app(instance_id)
-
-    def reassign(self, instance_id, vf_index, claimed_at):
-        """hypeman moves the instance to another VF without a new boot (same app.log)."""
-        path = os.path.join(self.tree.data_dir, "guests", instance_id, "metadata.json")
-        with open(path) as handle:
-            meta = json.load(handle)
-        meta["GPUDevicePath"] = "/sys/bus/pci/devices/%s" % self.card.vfs[vf_index]
-        meta["GPUClaimedAt"] = claimed_at
-        with open(path, "w") as handle:
-            json.dump(meta, handle)
-
-    def logs(self, instance_id):
-        return _hypeman.instance_log_dir(self.tree.data_dir, instance_id)
-
-    def app(self, instance_id):
-        return os.path.join(self.logs(instance_id), "app.log")
-
-    def scan(self, check_mode=False, only=None, recorder=None):
-        instances, unreadable = _hypeman.list_instances(self.tree.data_dir)
-        return _sentinel.run(instances, unreadable, self.logs, self.state_dir, only=only,
-                             check_mode=check_mode, recorder=recorder)[0]
-
-    def cursor_path(self, instance_id):
-        return os.path.join(self.state_dir, "sentinel", instance_id + ".json")
+from ansible_collections.hypeman.vgpu.tests.unit.plugins.module_utils.sentinel_host import (
+    CLAIMED_AT, CLAIMED_NS, SEC, Host, markers_read as _markers_read, ts as _ts, verdicts as _verdicts)
 
 
 @pytest.fixture
 def host(tmp_path):
     return Host(tmp_path)
-
-
-def _verdicts(report):
-    return {f["instance_id"]: (f["verdict"], f["ts"]) for f in report.findings}
-
-
-def _markers_read(report, instance_id=None):
-    return sum(s["markers"] for s in report.scanned if instance_id in (None, s["instance_id"]))
-
-
-def _ts(offset_s):
-    return guestlog.rfc3339nano(CLAIMED_NS + offset_s * SEC)
 
 
 def test_failed_report_becomes_a_finding_for_the_current_assignment(host):
@@ -261,11 +209,111 @@ def test_new_boot_starts_fresh_and_archives_are_history_only(host):
     assert all(not s["file"].startswith(archive) for s in again.scanned)  # each archive is read once
 
 
-def test_reassigned_instance_starts_fresh(host):
+def _set_mtime(path, unix_ns):
+    os.utime(path, ns=(unix_ns, unix_ns))
+
+
+@pytest.mark.parametrize("cursor_before_rotation", [False, True])
+def test_previous_boot_rotated_log_with_guest_clock_ahead_is_not_replayed(host, cursor_before_rotation):
+    # Issue 12: after a restart, boot 1's app.log.1 (rotated before the restart) still
+    # sits beside the new app.log. Its guest ran ahead of the host, so its markers'
+    # ts are later than the new claim: only host facts can tell they are old.
+    now = time.time_ns()
+    first_claim, second_claim = now - 3 * 3600 * SEC, now - 3600 * SEC
+    app = host.instance("inst-a", vf_index=0, claimed_at=guestlog.rfc3339nano(first_claim))
+    guestlog.append(app, guestlog.noise(20))
+    if cursor_before_rotation:
+        assert host.scan().findings == []  # the cursor knows no app.log.1 yet
+    ahead = second_claim + 1800 * SEC  # the guest clock, 2.5 h ahead of the host
+    guestlog.append(app, guestlog.report("failed", ahead))
+    guestlog.copytruncate(app)
+    _set_mtime(app + ".1", first_claim + 1800 * SEC)  # hypeman rotated it during boot 1
+    guestlog.append(app, guestlog.noise(3, seed=1))
+    archive = guestlog.archive_previous_boot(app, second_claim - SEC)  # hypeman starts boot 2
+    host.instance("inst-a", vf_index=1, claimed_at=guestlog.rfc3339nano(second_claim))
+    guestlog.append(app, guestlog.noise(5, seed=2))
+
+    report = host.scan()
+    assert report.findings == []
+    assert report.skipped == [] and report.warnings == []
+    stale = [u for u in report.unattributed if u["file"] == app + ".1"]
+    assert [(u["verdict"], u["ts"]) for u in stale] == [("failed", guestlog.rfc3339nano(ahead))]
+    assert "before the assignment (%s)" % guestlog.rfc3339nano(second_claim) in stale[0]["reason"]
+    assert "app.log.1 was last written at" in stale[0]["reason"]
+    assert report.history == []  # boot 1 archive: its markers were rotated into app.log.1
+    assert os.path.exists(archive)
+    again = host.scan()
+    assert again.findings == [] and again.unattributed == [] and _markers_read(again) == 0
+
+    # A rotation during boot 2 is this assignment's evidence and still counts.
+    guestlog.append(app, guestlog.report("failed", ahead + 60 * SEC))
+    guestlog.copytruncate(app)
+    report = host.scan()
+    assert _verdicts(report) == {"inst-a": ("failed", guestlog.rfc3339nano(ahead + 60 * SEC))}
+    assert report.findings[0]["file"] == app + ".1"
+
+
+def test_rotated_log_older_than_the_current_boot_is_not_attributed(host):
+    # The claim time alone is not enough when a claim predates the boot: the newest
+    # app.log.prev.<ns> (host clock) marks when the current app.log began.
+    now = time.time_ns()
+    claim = now - 3 * 3600 * SEC
+    app = host.instance("inst-a", claimed_at=guestlog.rfc3339nano(claim))
+    guestlog.append(app, guestlog.report("failed", claim + 60 * SEC))
+    guestlog.copytruncate(app)
+    _set_mtime(app + ".1", claim + 120 * SEC)
+    boot = now - 3600 * SEC
+    guestlog.archive_previous_boot(app, boot)
+    guestlog.append(app, guestlog.noise(3))
+    report = host.scan()
+    assert report.findings == []
+    assert [u["file"] for u in report.unattributed] == [app + ".1"]
+    assert "before the current boot began (app.log.prev.%d)" % boot in report.unattributed[0]["reason"]
+
+
+def test_log_last_written_before_the_assignment_is_not_attributed(host):
+    now = time.time_ns()
+    claim = now - 3600 * SEC
+    app = host.instance("inst-a", claimed_at=guestlog.rfc3339nano(claim))
+    guestlog.append(app, guestlog.report("failed", claim + 600 * SEC))  # guest clock ahead
+    _set_mtime(app, claim - 60 * SEC)  # the host says: written before the claim
+    report = host.scan()
+    assert report.findings == []
+    assert [u["ts"] for u in report.unattributed] == [guestlog.rfc3339nano(claim + 600 * SEC)]
+
+
+def test_reassigned_instance_keeps_earlier_bytes_with_the_earlier_assignment(host):
     app = host.instance("inst-a", vf_index=0)
     guestlog.append(app, guestlog.report("failed", CLAIMED_NS + 27 * SEC))
     assert _verdicts(host.scan()) == {"inst-a": ("failed", _ts(27))}
     host.reassign("inst-a", vf_index=1, claimed_at=_ts(100))  # same log file, new assignment
+    report = host.scan()
+    assert report.findings == []
+    assert report.unattributed == [] and _markers_read(report) == 0  # read under the old one
+    guestlog.append(app, guestlog.report("ok", CLAIMED_NS + 130 * SEC))
+    report = host.scan()
+    assert report.findings[0]["vf_address"] == host.card.vfs[1]
+    assert _verdicts(report) == {"inst-a": ("ok", _ts(130))}
+
+
+def test_reassignment_skips_the_rest_of_a_line_begun_before_it(host):
+    app = host.instance("inst-a", vf_index=0)
+    line = guestlog.failed_line(CLAIMED_NS + 200 * SEC)
+    guestlog.append(app, guestlog.noise(3) + line[:30])
+    host.scan()
+    host.reassign("inst-a", vf_index=1, claimed_at=_ts(100))
+    guestlog.append(app, line[30:] + guestlog.ok_line(CLAIMED_NS + 150 * SEC))
+    report = host.scan()
+    assert _markers_read(report) == 1
+    assert _verdicts(report) == {"inst-a": ("ok", _ts(150))}
+
+
+def test_reassigned_instance_without_a_cursor_falls_back_on_the_guest_ts(host):
+    # No host fact separates the two assignments' bytes in one file when no cursor
+    # saw the first one: the ts then still keeps the older marker out.
+    app = host.instance("inst-a", vf_index=0)
+    guestlog.append(app, guestlog.report("failed", CLAIMED_NS + 27 * SEC))
+    host.reassign("inst-a", vf_index=1, claimed_at=_ts(100))
     report = host.scan()
     assert report.findings == []
     assert [u["ts"] for u in report.unattributed] == [_ts(27)]
@@ -370,7 +418,8 @@ def test_fifo_log_does_not_block_the_scan(host):
     os.unlink(host.app("bad"))
     os.mkfifo(host.app("bad"))
     report = host.scan()
-    assert report.skipped == [{"instance_id": "bad", "reason": "cannot read %s: not a regular file" % host.app("bad")}]
+    assert report.skipped == [{"instance_id": "bad",
+                               "reason": "cannot read %s: it is a FIFO, not a regular file" % host.app("bad")}]
 
 
 def test_unreadable_metadata_is_reported_and_the_others_are_scanned(host):
@@ -467,8 +516,8 @@ def test_assignment_changed_during_the_scan_is_not_attributed(host, monkeypatch)
     guestlog.append(app, guestlog.report("failed", CLAIMED_NS + 27 * SEC))
     real_current = _sentinel._InstanceScan.current
 
-    def racing_current(self, same_assignment):
-        result = real_current(self, same_assignment)
+    def racing_current(self, same_assignment, sink):
+        result = real_current(self, same_assignment, sink)
         host.reassign("inst-a", vf_index=1, claimed_at=_ts(10))  # hypeman moved it meanwhile
         return result
 
@@ -504,3 +553,85 @@ def test_temp_files_of_a_killed_run_are_removed(host):
     host.scan()
     assert not os.path.exists(leftover)
     assert os.path.exists(host.cursor_path("inst-a"))
+
+
+# --- symlink policy: only real directories and files inside <data_dir>/guests/<id>/ --------
+
+
+def _refused(report, instance_id):
+    reasons = [s["reason"] for s in report.skipped if s["instance_id"] == instance_id]
+    warned = [w for w in report.warnings if ("instance %s:" % instance_id) in w]
+    return reasons, warned
+
+
+def test_logs_dir_symlinked_to_another_instance_is_refused(host):
+    # Issue 12: inst-b's logs/ pointed at inst-a's, so inst-a's marker counted against inst-b's VF.
+    app_a = host.instance("inst-a", vf_index=0)
+    host.instance("inst-b", vf_index=1)
+    guestlog.append(app_a, guestlog.report("failed", CLAIMED_NS + 27 * SEC))
+    logs_b = host.logs("inst-b")
+    host.tree.break_path(logs_b, "missing")
+    os.symlink(host.logs("inst-a"), logs_b)
+    report = host.scan()
+    assert _verdicts(report) == {"inst-a": ("failed", _ts(27))}
+    assert [f["vf_address"] for f in report.findings] == [host.card.vfs[0]]
+    reasons, warned = _refused(report, "inst-b")
+    assert reasons == ["refused %s: it is a symlink; the sentinel reads only real directories inside "
+                       "the instance directory" % logs_b]
+    assert len(warned) == 1 and reasons[0] in warned[0]
+    assert not os.path.exists(host.cursor_path("inst-b"))
+
+
+def test_instance_dir_swapped_for_a_symlink_after_listing_is_refused(host):
+    app_a = host.instance("inst-a", vf_index=0)
+    host.instance("inst-b", vf_index=1)
+    guestlog.append(app_a, guestlog.report("failed", CLAIMED_NS + 27 * SEC))
+    instances, unreadable = _hypeman.list_instances(host.tree.data_dir)
+    guest_b = os.path.dirname(host.logs("inst-b"))
+    os.rename(guest_b, guest_b + ".old")
+    os.symlink(os.path.dirname(host.logs("inst-a")), guest_b)
+    report = _sentinel.run(instances, unreadable, host.logs, host.state_dir)[0]
+    reasons, warned = _refused(report, "inst-b")
+    assert reasons == ["refused %s: it is a symlink; the sentinel reads only real directories inside "
+                       "the instance directory" % guest_b]
+    assert warned and _verdicts(report) == {"inst-a": ("failed", _ts(27))}
+
+
+@pytest.mark.parametrize("name", ["app.log", "app.log.1", "app.log.prev.1788177000000000000"])
+def test_symlinked_log_file_is_refused_for_that_instance(host, name):
+    app_a = host.instance("inst-a", vf_index=0)
+    host.instance("inst-b", vf_index=1)
+    guestlog.append(app_a, guestlog.report("failed", CLAIMED_NS + 27 * SEC))
+    link = os.path.join(host.logs("inst-b"), name)
+    if os.path.exists(link):
+        os.unlink(link)
+    os.symlink(app_a, link)
+    report = host.scan()
+    reasons, warned = _refused(report, "inst-b")
+    assert reasons == ["refused %s: it is a symlink; the sentinel reads only regular files inside the "
+                       "instance's logs directory" % link]
+    assert warned
+    assert _verdicts(report) == {"inst-a": ("failed", _ts(27))}
+
+
+def test_dangling_symlinked_log_is_refused(host):
+    host.instance("inst-a")
+    os.unlink(host.app("inst-a"))
+    os.symlink("/nonexistent/app.log", host.app("inst-a"))
+    reasons, warned = _refused(host.scan(), "inst-a")
+    assert reasons and "it is a symlink" in reasons[0] and warned
+
+
+def test_hard_linked_log_is_refused(host):
+    app_a = host.instance("inst-a", vf_index=0)
+    host.instance("inst-b", vf_index=1)
+    guestlog.append(app_a, guestlog.report("failed", CLAIMED_NS + 27 * SEC))
+    os.unlink(host.app("inst-b"))
+    os.link(app_a, host.app("inst-b"))
+    report = host.scan()
+    for instance_id in ("inst-a", "inst-b"):  # neither copy can tell whose it is
+        reasons, warned = _refused(report, instance_id)
+        assert reasons == ["refused %s: it has 2 hard links; a log shared with another file is not this "
+                           "instance's own" % host.app(instance_id)]
+        assert warned
+    assert report.findings == []
