@@ -192,7 +192,7 @@ api:
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.hypeman.vgpu.plugins.module_utils import _hypeman, _sysfs
-from ansible_collections.hypeman.vgpu.plugins.module_utils._module import host_path_spec, run_module
+from ansible_collections.hypeman.vgpu.plugins.module_utils._module import host_path_spec, new_module, run_module
 
 _OUTPUT_KEYS = ("id", "name", "profile", "framework", "device_path", "vf_address", "mdev_uuid", "parent_gpu",
                 "assigned_at", "claim_field", "retained_for_cleanup", "pid", "live", "live_reason",
@@ -278,7 +278,7 @@ def _body(module):
 
 
 def main():
-    module = AnsibleModule(
+    module = new_module(AnsibleModule,
         argument_spec=host_path_spec(
             parent_gpu=dict(type="str"),
             vgpu_only=dict(type="bool", default=False),
