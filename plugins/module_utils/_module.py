@@ -185,7 +185,7 @@ def _fail_raw(msg):
     """A failure result printed without an AnsibleModule (when none could be built)."""
     sys.stdout.write(json.dumps({"failed": True, "msg": msg}) + "\n")
     sys.stdout.flush()
-    sys.exit(1)
+    raise SystemExit(1)
 
 
 def new_module(module_class, **kwargs):

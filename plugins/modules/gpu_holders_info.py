@@ -165,7 +165,8 @@ def _body(module):
 
 
 def main():
-    module = new_module(AnsibleModule,
+    module = new_module(
+        AnsibleModule,
         argument_spec=host_path_spec(
             parent_gpu=dict(type="str"),
             include_shared=dict(type="bool", default=True)),

@@ -392,8 +392,7 @@ def _who(holder):
 
 
 def _read_int(path):
-    with open(path, "r") as handle:
-        return _sysfs.go_atoi(handle.read().strip())
+    return _sysfs.go_atoi(_sysfs.read_attribute(path).strip())
 
 
 def expected_vf_addresses(sysfs_root, address, total):
@@ -812,7 +811,8 @@ def body(module):
 
 
 def main():
-    module = new_module(AnsibleModule,
+    module = new_module(
+        AnsibleModule,
         argument_spec=host_path_spec(
             pci_address=dict(type="str", required=True),
             state=dict(type="str", default="enabled", choices=["enabled", "disabled", "cycled"]),

@@ -357,7 +357,8 @@ def _body(module):
 
 
 def main():
-    module = new_module(AnsibleModule,
+    module = new_module(
+        AnsibleModule,
         argument_spec=host_path_spec(
             threshold=dict(type="int"),
             sentinel=dict(type="bool", default=True),

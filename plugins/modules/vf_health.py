@@ -521,7 +521,8 @@ def body(module):
 
 
 def main():
-    module = new_module(AnsibleModule,
+    module = new_module(
+        AnsibleModule,
         argument_spec=host_path_spec(
             state=dict(type="str", required=True, choices=["failed", "succeeded", "quarantined", "absent",
                                                            "repaired"]),

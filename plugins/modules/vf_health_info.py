@@ -211,7 +211,8 @@ def body(module):
 
 
 def main():
-    module = new_module(AnsibleModule,
+    module = new_module(
+        AnsibleModule,
         argument_spec=host_path_spec(
             threshold=dict(type="int"),
             ledger_entries=dict(type="int", default=20),

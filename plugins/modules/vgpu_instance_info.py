@@ -278,7 +278,8 @@ def _body(module):
 
 
 def main():
-    module = new_module(AnsibleModule,
+    module = new_module(
+        AnsibleModule,
         argument_spec=host_path_spec(
             parent_gpu=dict(type="str"),
             vgpu_only=dict(type="bool", default=False),

@@ -474,7 +474,8 @@ def _body(module):
 
 
 def main():
-    module = new_module(AnsibleModule,
+    module = new_module(
+        AnsibleModule,
         argument_spec=host_path_spec(
             profile=dict(type="str")),
         supports_check_mode=True,

@@ -335,7 +335,8 @@ def _body(module):
 
 
 def main():
-    module = new_module(AnsibleModule,
+    module = new_module(
+        AnsibleModule,
         argument_spec=host_path_spec(
             record=dict(type="bool", default=False),
             threshold=dict(type="int"),
