@@ -148,8 +148,6 @@ def capacity_section(placement):
             "lost_pct": round(100.0 * lost / total, 2) if total else 0.0}
 
 
-
-
 def _check(name, ok, detail, fix):
     return {"name": name, "status": "pass" if ok else "fail", "detail": detail, "fix": None if ok else fix}
 

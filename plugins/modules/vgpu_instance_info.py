@@ -215,7 +215,8 @@ def _compare(instances, unreadable, api_list):
     unreadable_ids = set(entry["instance_id"] for entry in unreadable)
     remote = {}
     for item in api_list:
-        if isinstance(item, dict) and item.get("id"):
+        # An id that is not text is no instance hypeman lists (and could not key a lookup).
+        if isinstance(item, dict) and isinstance(item.get("id"), str) and item["id"]:
             remote[item["id"]] = item
     for instance_id in sorted(set(local) | set(remote)):
         mine, theirs = local.get(instance_id), remote.get(instance_id)

@@ -11,13 +11,17 @@ from __future__ import annotations
 
 import json
 import os
+import socket
+import threading
 
 import pytest
 
-from ansible_collections.hypeman.vgpu.plugins.module_utils import _audit, _hypeman, _placement, _proc, _store, _sysfs
+from ansible_collections.hypeman.vgpu.plugins.module_utils import (
+    _api, _audit, _hypeman, _placement, _proc, _store, _sysfs)
 from ansible_collections.hypeman.vgpu.plugins.module_utils._errors import VgpuError
 from ansible_collections.hypeman.vgpu.plugins.module_utils._fileio import is_within
 from ansible_collections.hypeman.vgpu.tests.sim.hosttree import HostTree
+from ansible_collections.hypeman.vgpu.tests.unit.plugins.module_utils.api_stub import ApiStub
 
 CARD = "0000:82:00.0"
 
@@ -301,3 +305,118 @@ def test_audit_prerequisites_survive_hostile_proc_and_sysfs(tree):
     assert checks["iommu"]["status"] == "fail"
     assert checks["iommu"]["detail"] == "cannot read %s: is a FIFO, not a regular file" % os.path.join(
         tree.proc_root, "cmdline")
+
+
+# -- hypeman's API -----------------------------------------------------------------------------
+
+
+class RawServer(object):
+    """A TCP server on 127.0.0.1 that answers each connection with ``answer(connection)``."""
+
+    def __init__(self, answer):
+        self.answer = answer
+        self.sock = socket.socket()
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.listen(4)
+        self.url = "http://127.0.0.1:%d" % self.sock.getsockname()[1]
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self._serve, daemon=True)
+
+    def _serve(self):
+        self.sock.settimeout(0.1)
+        while not self.stop.is_set():
+            try:
+                conn, _addr = self.sock.accept()
+            except socket.timeout:
+                continue
+            except OSError:
+                return
+            try:
+                conn.recv(65536)
+                self.answer(conn, self.stop)
+            except OSError:
+                pass
+            finally:
+                conn.close()
+
+    def __enter__(self):
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self.stop.set()
+        self.thread.join(5)
+        self.sock.close()
+
+
+HEADERS = b"HTTP/1.0 200 OK\r\nContent-Type: application/json\r\n\r\n"
+
+
+def _drip(conn, stop):
+    """Headers, then one byte of an endless JSON array every 50 ms: each read is on time, the answer never ends."""
+    conn.sendall(HEADERS + b"[")
+    while not stop.wait(0.05):
+        conn.sendall(b"0,")
+
+
+def _endless(conn, stop):
+    conn.sendall(HEADERS + b"[")
+    chunk = b"0," * 32768
+    while not stop.is_set():
+        conn.sendall(chunk)
+
+
+def _slow_headers(conn, stop):
+    for byte in HEADERS:
+        if stop.wait(0.05):
+            return
+        conn.sendall(bytes([byte]))
+
+
+@pytest.mark.parametrize("answer, words", [
+    (_drip, "no answer within 0.5 seconds"),
+    (_slow_headers, "no answer within 0.5 seconds"),
+])
+def test_an_answer_that_never_completes_is_cut_off_at_the_timeout(answer, words):
+    with RawServer(answer) as server:
+        result = _api.api_get(server.url, "/resources", timeout=0.5)
+    assert result["error"] == "GET %s/resources: %s" % (server.url, words) and result["data"] is None
+
+
+def test_an_endless_answer_is_refused_at_the_size_cap(monkeypatch):
+    monkeypatch.setattr(_api, "RESPONSE_LIMIT", 200000)
+    with RawServer(_endless) as server:
+        result = _api.api_get(server.url, "/resources", timeout=30)
+    assert result["error"] == ("GET %s/resources: the answer is larger than 200000 bytes; expected hypeman's JSON"
+                               % server.url)
+
+
+@pytest.mark.parametrize("body, words", [
+    ("[" * 100000 + "]" * 100000, "response is JSON nested too deeply to decode"),
+    ("[" * 40 + "]" * 40, "response is JSON nested deeper than 32 levels"),
+    ('{"gpu": 1, "x": "\\udc80"', "response is not JSON"),
+])
+def test_answers_too_deep_or_broken_are_errors(body, words):
+    with ApiStub({"/resources": (200, body)}) as api:
+        result = _api.api_get(api.url, "/resources", timeout=10)
+    assert words in result["error"] and result["data"] is None
+
+
+@pytest.mark.parametrize("gpu", [
+    {"mode": "vgpu", "profiles": 5}, {"mode": "vgpu", "profiles": "abc"}, {"mode": "vgpu", "profiles": {"a": 1}},
+    {"mode": "vgpu", "profiles": [{"name": ["x"]}, {"name": {"y": 1}}, 7, None]}, {"mode": [1], "total_slots": {}},
+    [], "vgpu", 3,
+])
+def test_resources_of_unexpected_types_are_mismatches(tree, gpu):
+    view = _view(tree)
+    with ApiStub({"/resources": (200, {"gpu": gpu})}) as api:
+        section = _api.resources_check(view, api.url, timeout=10)
+    assert section["error"] is None and section["mismatches"]
+    json.dumps(section)
+
+
+@pytest.mark.parametrize("answer", [[], 5, "x", None, {"gpu": []}])
+def test_a_resources_answer_that_is_no_object_is_an_error_or_missing(tree, answer):
+    with ApiStub({"/resources": (200, answer)}) as api:
+        section = _api.resources_check(_view(tree), api.url, timeout=10)
+    assert section["error"] or section["mismatches"] or section["missing_fields"]
