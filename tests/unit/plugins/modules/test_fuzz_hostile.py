@@ -386,47 +386,63 @@ def _wrong_json(original, draw):
     return json.dumps(draw(JSON_VALUES)).encode()
 
 
+def _payload(kind, original, draw):
+    """The bytes of a hostile regular file of ``kind`` (None for kinds that are no regular file)."""
+    if kind == "garbage":
+        return draw(st.binary(max_size=300))
+    if kind == "non_utf8":
+        cut = draw(st.integers(0, len(original)))
+        return original[:cut] + draw(st.sampled_from([b"\xff", b"\xc3\x28", b"\xed\xa0\x80"])) + original[cut:]
+    if kind == "deep_json":
+        depth = draw(st.sampled_from([40, 1000, 100000]))
+        return draw(st.sampled_from([b"[" * depth + b"]" * depth, b'{"a":' * depth + b"1" + b"}" * depth,
+                                     b"[" * depth]))
+    if kind == "wrong_json":
+        return _wrong_json(original, draw)
+    if kind == "empty":
+        return b""
+    return None
+
+
 class Swap(object):
-    """Replace ``path`` by a hostile kind for the duration of a ``with`` block; restore it after."""
+    """Replace ``path`` by a hostile ``kind`` for the duration of a ``with`` block; restore it after.
+
+    Everything is drawn before the tree is touched: a draw that stops the
+    example must never leave the tree half-swapped for the next one.
+    """
 
     def __init__(self, host, path, kind, draw):
-        self.host, self.path, self.kind, self.draw = host, path, kind, draw
+        self.path, self.kind = path, kind
         self.saved = os.path.join(host.stash, uuid.uuid4().hex)
-
-    def __enter__(self):
-        path, kind, draw = self.path, self.kind, self.draw
         original = b""
         if os.path.isfile(path) and not os.path.islink(path):
             with open(path, "rb") as handle:
                 original = handle.read()
+        self.payload = _payload(kind, original, draw)
+
+    def __enter__(self):
+        path, kind = self.path, self.kind
         os.rename(path, self.saved)  # the original leaves the tree: no listing sees it
-        if kind == "fifo":
-            os.mkfifo(path)
-        elif kind == "dangling":
-            os.symlink(path + ".nowhere", path)
-        elif kind == "devzero":
-            os.symlink("/dev/zero", path)
-        elif kind == "outside":
-            os.symlink(self.saved, path)  # the original, reached through a link out of the tree
-        elif kind == "dir":
-            os.mkdir(path)
-        else:
-            with open(path, "wb") as handle:
-                if kind == "garbage":
-                    handle.write(draw(st.binary(max_size=300)))
-                elif kind == "non_utf8":
-                    cut = draw(st.integers(0, len(original)))
-                    handle.write(original[:cut] + draw(st.sampled_from([b"\xff", b"\xc3\x28", b"\xed\xa0\x80"]))
-                                 + original[cut:])
-                elif kind == "deep_json":
-                    depth = draw(st.sampled_from([40, 1000, 100000]))
-                    handle.write(draw(st.sampled_from([b"[" * depth + b"]" * depth,
-                                                       b'{"a":' * depth + b"1" + b"}" * depth,
-                                                       b"[" * depth])))
-                elif kind == "wrong_json":
-                    handle.write(_wrong_json(original, draw))
-                elif kind == "large":
-                    handle.truncate(LARGE)  # sparse: over every cap without writing it
+        try:
+            if kind == "fifo":
+                os.mkfifo(path)
+            elif kind == "dangling":
+                os.symlink(path + ".nowhere", path)
+            elif kind == "devzero":
+                os.symlink("/dev/zero", path)
+            elif kind == "outside":
+                os.symlink(self.saved, path)  # the original, reached through a link out of the tree
+            elif kind == "dir":
+                os.mkdir(path)
+            else:
+                with open(path, "wb") as handle:
+                    if kind == "large":
+                        handle.truncate(LARGE)  # sparse: over every cap without writing it
+                    else:
+                        handle.write(self.payload)
+        except BaseException:
+            self.__exit__()
+            raise
         return self
 
     def __exit__(self, *exc):
