@@ -101,11 +101,12 @@ def path_problem(value):
     return None
 
 
-def _text_problem(value):
+def _text_problem(value, quote=True):
     if isinstance(value, str):
         bad = _unencodable(value)
         if bad is not None:
-            return "contains a lone surrogate at offset %d (%s); expected UTF-8 text" % (bad, shown(value))
+            return "contains a lone surrogate at offset %d%s; expected UTF-8 text" % (
+                bad, " (%s)" % shown(value) if quote else "")
     return None
 
 
@@ -155,10 +156,9 @@ def argument_problem(argument_spec, params):
             if problem:
                 return "%s %s" % (name, problem)
         elif kind == "str":
-            problem = _text_problem(value)
+            problem = _text_problem(value, quote=not spec.get("no_log"))
             if problem:
-                return "%s %s" % (name, "contains a character that is not text" if spec.get("no_log")
-                                  else problem)
+                return "%s %s" % (name, problem)
     return _api_problems(params)
 
 
@@ -220,7 +220,8 @@ def _unicode_problem():
     for name in sorted(params if isinstance(params, dict) else {}):
         values = params[name] if isinstance(params[name], list) else [params[name]]
         for value in values:
-            problem = _text_problem(value)
+            # No spec says here which option is a secret: no value is quoted.
+            problem = _text_problem(value, quote=False)
             if problem:
                 return "%s %s" % (name, problem)
     return None

@@ -40,7 +40,7 @@ BAD_PATHS = [
     ("", "is a relative path (''); expected an absolute path"),
     ("/" + "d/" * 2100, "bytes long"),
     ("/var/" + "n" * 256, "has a name of 256 bytes"),
-    ("/var/\ud800", "contains a lone surrogate at offset 5 ('/var/\\ud800'); expected UTF-8 text"),
+    ("/var/\ud800", "contains a lone surrogate at offset 5"),
 ]
 
 
@@ -98,7 +98,13 @@ def test_bad_api_options_fail_naming_them(args, words, capsys, tmp_path):
 def test_a_lone_surrogate_in_a_string_option_fails_naming_it(capsys, tmp_path):
     result = run_module(vgpu_placement_info.main, {"data_dir": str(tmp_path), "profile": "L40S-\ud800"}, capsys)
     assert result["failed"] is True
-    assert result["msg"] == "profile contains a lone surrogate at offset 5 ('L40S-\\ud800'); expected UTF-8 text"
+    assert result["msg"] == "profile contains a lone surrogate at offset 5; expected UTF-8 text"
+
+
+def test_a_lone_surrogate_in_the_token_is_named_without_quoting_it(capsys, tmp_path):
+    params = {"data_dir": str(tmp_path), "api_url": "http://127.0.0.1:1", "api_token": "s3cret-\ud800"}
+    result = run_module(vgpu_placement_info.main, params, capsys)
+    assert result["msg"] == "api_token contains a lone surrogate at offset 7; expected UTF-8 text"
 
 
 def _deep(depth):
