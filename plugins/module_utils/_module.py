@@ -16,7 +16,6 @@ import json
 import math
 import os
 import sys
-import traceback
 
 from ansible_collections.hypeman.vgpu.plugins.module_utils._errors import VgpuError
 
@@ -181,6 +180,12 @@ def _internal_message(err):
     return text if len(text) <= _MSG_MAX else text[:_MSG_MAX] + "..."
 
 
+def _traceback_text():
+    import traceback  # only on the failure path: every module run imports this file
+
+    return traceback.format_exc()
+
+
 def _fail_raw(msg):
     """A failure result printed without an AnsibleModule (when none could be built)."""
     sys.stdout.write(json.dumps({"failed": True, "msg": msg}) + "\n")
@@ -243,10 +248,10 @@ def run_module(module, body):
     except VgpuError as err:
         module.fail_json(msg=err.msg, **err.details)
     except Exception as err:  # pylint: disable=broad-except  # the last-resort guard, see docstring
-        module.fail_json(msg=_internal_message(err), exception=traceback.format_exc())
+        module.fail_json(msg=_internal_message(err), exception=_traceback_text())
     try:
         module.exit_json(**result)
     except (RecursionError, MemoryError, TypeError, ValueError) as err:
         # exit_json could not encode the result: nothing was printed yet.
         module.fail_json(msg="internal error: the result cannot be returned: %s" % _internal_message(err),
-                         exception=traceback.format_exc())
+                         exception=_traceback_text())
