@@ -82,10 +82,7 @@ def path_problem(value):
     """Why ``value`` is not a usable absolute host path (words to follow its name), or None."""
     if not isinstance(value, str):
         return "is %s; expected an absolute path" % type(value).__name__
-    if "\0" in value:
-        return "contains a NUL byte at offset %d (%s); expected a path without NUL bytes" % (
-            value.index("\0"), shown(value))
-    problem = _text_problem(value)
+    problem = _text_problem(value, what="a path")
     if problem:
         return problem
     encoded = value.encode("utf-8", "surrogateescape")
@@ -100,12 +97,16 @@ def path_problem(value):
     return None
 
 
-def _text_problem(value, quote=True):
-    if isinstance(value, str):
-        bad = _unencodable(value)
-        if bad is not None:
-            return "contains a lone surrogate at offset %d%s; expected UTF-8 text" % (
-                bad, " (%s)" % shown(value) if quote else "")
+def _text_problem(value, quote=True, what="text"):
+    """A NUL byte or a lone surrogate in a string option (no option of this collection takes either)."""
+    if not isinstance(value, str):
+        return None
+    quoted = " (%s)" % shown(value) if quote else ""
+    if "\0" in value:
+        return "contains a NUL byte at offset %d%s; expected %s without NUL bytes" % (value.index("\0"), quoted, what)
+    bad = _unencodable(value)
+    if bad is not None:
+        return "contains a lone surrogate at offset %d%s; expected %s in UTF-8" % (bad, quoted, what)
     return None
 
 
@@ -200,6 +201,9 @@ def new_module(module_class, **kwargs):
     decoding and copying recurse without end: that becomes a failure result
     instead of a traceback. Anything else is AnsibleModule's to report.
     """
+    problem = _raw_text_problem(kwargs.get("argument_spec") or {})
+    if problem:
+        _fail_raw(problem)
     try:
         return module_class(**kwargs)
     except Exception as err:  # pylint: disable=broad-except  # re-raised unless it is one of ours
@@ -210,25 +214,36 @@ def new_module(module_class, **kwargs):
         if any(isinstance(e, MemoryError) for e in chain):
             _fail_raw("module arguments are too large to read")
         if any(isinstance(e, UnicodeError) for e in chain):
-            _fail_raw(_unicode_problem() or "module arguments contain text that is not UTF-8; expected UTF-8 text")
+            _fail_raw("module arguments contain text that is not UTF-8; expected UTF-8 text")
         raise
 
 
-def _unicode_problem():
-    """Which raw module argument holds a lone surrogate (AnsibleModule cannot even log it), or None."""
+def _raw_text_problem(argument_spec):
+    """A NUL byte or lone surrogate in the raw arguments, named, or None.
+
+    Checked before AnsibleModule exists because it cannot even log such
+    text (ansible-core 2.19 raises on a surrogate, 2.21 fails on a NUL byte
+    in syslog without naming the option).
+    """
     try:
         from ansible.module_utils import basic
 
-        params = basic._load_params()  # pylint: disable=protected-access  # the raw arguments, as AnsibleModule got them
-    except Exception:  # pylint: disable=broad-except  # only a better message is lost
+        params = basic._load_params()  # pylint: disable=protected-access  # the raw arguments, as AnsibleModule gets them
+    except Exception:  # pylint: disable=broad-except  # undecodable: AnsibleModule reports it, see new_module
         return None
+    specs = {}
+    for name, spec in argument_spec.items():
+        for key in [name] + list(spec.get("aliases") or []):
+            specs[key] = spec
     for name in sorted(params if isinstance(params, dict) else {}):
-        values = params[name] if isinstance(params[name], list) else [params[name]]
-        for value in values:
-            # No spec says here which option is a secret: no value is quoted.
-            problem = _text_problem(value, quote=False)
+        spec, value = specs.get(name), params[name]
+        if spec is None:
+            continue  # unknown options are AnsibleModule's to refuse
+        what = "a path" if spec.get("type") == "path" or spec.get("elements") == "path" else "text"
+        for index, item in enumerate(value if isinstance(value, list) else [value]):
+            problem = _text_problem(item, quote=not spec.get("no_log"), what=what)
             if problem:
-                return "%s %s" % (name, problem)
+                return "%s %s" % ("%s[%d]" % (name, index) if isinstance(value, list) else name, problem)
     return None
 
 

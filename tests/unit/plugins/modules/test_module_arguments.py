@@ -78,7 +78,8 @@ def test_a_bad_path_option_fails_naming_it(module, value, words, capsys, tmp_pat
 
 
 @pytest.mark.parametrize("args, words", [
-    ({"api_url": "http://127.0.0.1:1/\x00"}, "api_url 'http://127.0.0.1:1/\\x00' contains a space or control"),
+    ({"api_url": "http://127.0.0.1:1/\x00"}, "api_url contains a NUL byte at offset 19"),
+    ({"api_url": "http://127.0.0.1:1/\t"}, "api_url 'http://127.0.0.1:1/\\t' contains a space or control"),
     ({"api_url": "ftp://host/"}, "is not an http:// or https:// URL"),
     ({"api_url": "http://"}, "is not an http:// or https:// URL"),
     ({"api_url": "http://h/" + "x" * 3000}, "api_url is 3009 characters long; expected at most 2048"),
@@ -98,13 +99,19 @@ def test_bad_api_options_fail_naming_them(args, words, capsys, tmp_path):
 def test_a_lone_surrogate_in_a_string_option_fails_naming_it(capsys, tmp_path):
     result = run_module(vgpu_placement_info.main, {"data_dir": str(tmp_path), "profile": "L40S-\ud800"}, capsys)
     assert result["failed"] is True
-    assert result["msg"] == "profile contains a lone surrogate at offset 5; expected UTF-8 text"
+    assert result["msg"] == "profile contains a lone surrogate at offset 5 ('L40S-\\ud800'); expected text in UTF-8"
+
+
+def test_a_nul_byte_in_a_string_option_fails_naming_it(capsys, tmp_path):
+    result = run_module(vgpu_instance_info.main, {"data_dir": str(tmp_path), "parent_gpu": "0000:82\x00:00.0"}, capsys)
+    assert result["msg"] == ("parent_gpu contains a NUL byte at offset 7 ('0000:82\\x00:00.0'); "
+                             "expected text without NUL bytes")
 
 
 def test_a_lone_surrogate_in_the_token_is_named_without_quoting_it(capsys, tmp_path):
     params = {"data_dir": str(tmp_path), "api_url": "http://127.0.0.1:1", "api_token": "s3cret-\ud800"}
     result = run_module(vgpu_placement_info.main, params, capsys)
-    assert result["msg"] == "api_token contains a lone surrogate at offset 7; expected UTF-8 text"
+    assert result["msg"] == "api_token contains a lone surrogate at offset 7; expected text in UTF-8"
 
 
 def _deep(depth):
@@ -174,9 +181,13 @@ def test_gpu_sriov_waits_are_bounded(args, words, capsys, tmp_path):
     assert result["failed"] is True and words in result["msg"], result
 
 
-@pytest.mark.parametrize("unit", ["../../etc/passwd", "", "a\x00b", "..", "u" * 256])
-def test_host_audit_refuses_a_unit_that_is_not_a_name(unit, capsys, tmp_path):
+@pytest.mark.parametrize("unit, words", [
+    ("../../etc/passwd", "is not a systemd unit name"), ("", "is not a systemd unit name"),
+    ("..", "is not a systemd unit name"), ("u" * 256, "is not a systemd unit name"),
+    ("a\x00b", "contains a NUL byte at offset 1"),
+])
+def test_host_audit_refuses_a_unit_that_is_not_a_name(unit, words, capsys, tmp_path):
     params = {"data_dir": str(tmp_path), "prerequisites": True, "dcgm_units": ["nvidia-dcgm.service", unit]}
     result = run_module(host_audit_info.main, params, capsys)
     assert result["failed"] is True
-    assert result["msg"].startswith("dcgm_units entry ") and "is not a systemd unit name" in result["msg"]
+    assert result["msg"].startswith("dcgm_units") and words in result["msg"]
