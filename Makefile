@@ -4,7 +4,7 @@ SHELL := /bin/bash
 COLL := .collections/ansible_collections/hypeman/vgpu
 VENV := $(CURDIR)/.venv
 
-.PHONY: help bootstrap demo test sanity units integration lint changelog-lint build-smoke py312 molecule pytest bench clean
+.PHONY: help bootstrap demo test sanity units integration lint changelog-lint build-smoke py312 molecule pytest fuzz bench clean
 
 help:
 	@echo "make demo     run the collection against a simulated vGPU host and print the report"
@@ -12,6 +12,7 @@ help:
 	@echo "make sanity | units | integration [TARGET=name] | lint | changelog-lint | build-smoke | py312"
 	@echo "make molecule [SCENARIO=name]  molecule scenarios on the simulated host"
 	@echo "make pytest [ARGS=...]  fast plain-pytest run of the unit tests"
+	@echo "make fuzz     the property-based (hypothesis) tests with the long fuzz profile"
 	@echo "make bench    run the benchmarks in bench/"
 
 bootstrap:
@@ -39,6 +40,17 @@ else
 	@$(PYTEST) tests/unit/plugins/modules tests/unit/plugins/module_utils tests/unit/sim
 	@$(PYTEST) tests/unit/plugins/filter tests/unit/plugins/plugin_utils
 endif
+
+# The hypothesis tests with HYPOTHESIS_PROFILE=fuzz (many random examples instead of the
+# quick, derandomized ones `make test` runs); module and controller sides apart, as above.
+FUZZ_GROUPS := "tests/unit/plugins/modules tests/unit/plugins/module_utils tests/unit/sim" \
+	"tests/unit/plugins/filter tests/unit/plugins/plugin_utils"
+fuzz: bootstrap
+	@cd $(COLL) && for dirs in $(FUZZ_GROUPS); do \
+	  files=$$(grep -rlE --include='test_*.py' '^(from|import) hypothesis' $$dirs 2>/dev/null); \
+	  [ -z "$$files" ] || HYPOTHESIS_PROFILE=fuzz PYTHONPATH=$(CURDIR)/.collections \
+	    $(VENV)/bin/python -m pytest -q -p no:cacheprovider -n 2 $$files || exit 1; \
+	done
 
 bench: bootstrap
 	@for b in bench/*.py; do echo "== $$b"; PYTHONPATH=$(CURDIR)/.collections $(VENV)/bin/python $$b || exit 1; done

@@ -57,10 +57,11 @@ options:
     description:
       - Base URL of hypeman's API, for example V(http://127.0.0.1:8080).
       - When set, the module cross-checks its local view with hypeman's answer.
+      - An C(http://) or C(https://) URL without spaces or control characters, at most 2048 characters.
     type: str
   api_token:
     description:
-      - Bearer token (JWT) for hypeman's API, as minted by C(hypeman-token).
+      - Bearer token (JWT) for hypeman's API, as minted by C(hypeman-token). One line, without control characters.
     type: str
   validate_certs:
     description:
@@ -69,12 +70,16 @@ options:
     default: true
   api_timeout:
     description:
-      - Seconds to wait for each API request.
+      - Seconds each API request may take as a whole (connect, TLS, headers and the answer). A server that has
+        not sent its whole answer by then counts as not answering.
+      - More than 0 and at most V(3600).
     type: float
     default: 10
 notes:
   - Every path option defaults to the real location on a hypeman host. Tests and the
     simulated host point them at a fake tree.
+  - Every path option must be an absolute path without NUL bytes, at most 4096 bytes long, with no name in it
+    longer than 255 bytes. Anything else fails before any file is read, naming the option.
   - Every module of the action group C(group/hypeman.vgpu.host) accepts every host-path
     and API option, so one C(module_defaults) block sets them for a whole play; a module
     ignores the ones it does not read.

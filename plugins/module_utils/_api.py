@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import socket
+import threading
 from urllib.error import HTTPError, URLError
 
 from ansible.module_utils.urls import open_url
@@ -21,6 +22,11 @@ from ansible_collections.hypeman.vgpu.plugins.module_utils import _sysfs
 
 # Fields an older hypeman does not send: missing, not a mismatch.
 _NEWER_GPU_FIELDS = ("allocatable_slots", "quarantined_slots")
+# hypeman's answers are KiB (/instances of a thousand instances about 1 MiB) and a few levels deep;
+# past these an answer is not hypeman's, and a deeper one could not even be returned as a result.
+RESPONSE_LIMIT = 16 * 1024 * 1024
+MAX_DEPTH = 32
+_CHUNK = 65536
 
 
 def api_get(base_url, path, token=None, validate_certs=True, timeout=10, ca_path=None):
@@ -30,42 +36,104 @@ def api_get(base_url, path, token=None, validate_certs=True, timeout=10, ca_path
     when the server answered at all (even 401); ``error`` says what went wrong
     in words an operator can act on. The token is sent as a bearer token and
     never appears in a result.
+
+    ``timeout`` bounds the whole request, not each socket read: a server that
+    answers one byte at a time, or never ends its answer, is cut off after
+    ``timeout`` seconds. An answer over :data:`RESPONSE_LIMIT` bytes, not
+    JSON, or nested deeper than :data:`MAX_DEPTH` levels is an ``error``.
     """
     url = base_url.rstrip("/") + path
     result = {"url": url, "reachable": False, "status": None, "error": None, "data": None}
+    # The request runs in a daemon thread the caller stops waiting for at the deadline;
+    # a thread still reading then ends with the process (its socket times out first).
+    worker = threading.Thread(target=_request, args=(result, url, token, validate_certs, timeout, ca_path),
+                              name="hypeman-api", daemon=True)
+    worker.start()
+    worker.join(timeout)
+    if worker.is_alive():
+        # A partial answer is no answer: the same words as a socket timeout.
+        return dict(result, data=None, error="GET %s: no answer within %s seconds" % (url, timeout))
+    return result
+
+
+def _read_body(response, url):
+    """The answer's body, refusing more than :data:`RESPONSE_LIMIT` bytes."""
+    chunks, total = [], 0
+    while True:
+        chunk = response.read(min(_CHUNK, RESPONSE_LIMIT + 1 - total))
+        if not chunk:
+            return b"".join(chunks)
+        total += len(chunk)
+        if total > RESPONSE_LIMIT:
+            raise _TooLarge("GET %s: the answer is larger than %d bytes; expected hypeman's JSON" % (url, RESPONSE_LIMIT))
+        chunks.append(chunk)
+
+
+class _TooLarge(Exception):
+    pass
+
+
+def _depth_exceeds(value, limit):
+    """Whether a decoded JSON value nests deeper than ``limit`` levels (iterative: no recursion)."""
+    stack = [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, dict):
+            item = list(item.values())
+        elif not isinstance(item, list):
+            continue
+        if depth > limit:
+            return True
+        stack.extend((child, depth + 1) for child in item)
+    return False
+
+
+def _request(result, url, token, validate_certs, timeout, ca_path):
+    """Fill ``result`` (see :func:`api_get`) from one GET."""
     headers = {"Accept": "application/json"}
     if token:
         headers["Authorization"] = "Bearer %s" % token
     try:
         response = open_url(url, method="GET", headers=headers, validate_certs=validate_certs,
                             timeout=timeout, ca_path=ca_path, follow_redirects="safe")
-        body = response.read()
         result["status"] = response.getcode()
         result["reachable"] = True
+        body = _read_body(response, url)
+    except _TooLarge as err:
+        result["error"] = str(err)
+        return
     except HTTPError as err:
         result["reachable"] = True
         result["status"] = err.code
         hint = {401: " (check api_token)", 403: " (the token is not allowed to read this)"}.get(err.code, "")
         result["error"] = "GET %s: HTTP %d %s%s" % (url, err.code, err.reason, hint)
-        return result
+        return
     except socket.timeout:
         result["error"] = "GET %s: no answer within %s seconds" % (url, timeout)
-        return result
+        return
     except URLError as err:
         reason = err.reason
         if isinstance(reason, socket.timeout):
             result["error"] = "GET %s: no answer within %s seconds" % (url, timeout)
         else:
             result["error"] = "GET %s: %s" % (url, getattr(reason, "strerror", None) or reason)
-        return result
+        return
     except Exception as err:  # pylint: disable=broad-except  # ssl, http.client, ConnectionError
         result["error"] = "GET %s: %s" % (url, err)
-        return result
+        return
     try:
-        result["data"] = json.loads(body.decode("utf-8"))
+        data = json.loads(body.decode("utf-8"))
     except (ValueError, UnicodeDecodeError) as err:
         result["error"] = "GET %s: response is not JSON: %s" % (url, err)
-    return result
+        return
+    except RecursionError:
+        result["error"] = "GET %s: response is JSON nested too deeply to decode; expected hypeman's JSON" % url
+        return
+    if _depth_exceeds(data, MAX_DEPTH):
+        result["error"] = "GET %s: response is JSON nested deeper than %d levels; expected hypeman's JSON" % (
+            url, MAX_DEPTH)
+        return
+    result["data"] = data
 
 
 def api_instances(data):
@@ -100,6 +168,15 @@ def resources_check(view, base_url, token=None, validate_certs=True, timeout=10)
             if view is not None:
                 section["mismatches"], section["missing_fields"] = compare_with_api(view, data["gpu"])
     return section
+
+
+def _kind(value):
+    """A JSON value of the wrong type, for a mismatch: scalars as they are, containers by type."""
+    if isinstance(value, dict):
+        return "a JSON object"
+    if isinstance(value, list):
+        return "a JSON array"
+    return value
 
 
 def compare_with_api(result, api_gpu):
@@ -138,8 +215,13 @@ def compare_with_api(result, api_gpu):
         mismatches.append({"field": "placement_disabled_reason", "local": result["placement_disabled_reason"],
                            "api": api_reason})
     api_profiles = {}
-    for prof in api_gpu.get("profiles") or []:
-        if isinstance(prof, dict) and "name" in prof:
+    listed = api_gpu.get("profiles")
+    if listed is not None and not isinstance(listed, list):
+        mismatches.append({"field": "profiles", "local": "a list", "api": _kind(listed)})
+        listed = None
+    for prof in listed or []:
+        # Anything but {"name": "<text>", ...} is no profile: hypeman never sends one.
+        if isinstance(prof, dict) and isinstance(prof.get("name"), str):
             api_profiles[prof["name"]] = prof
     local_profiles = dict((p["name"], p) for p in result["profiles"])
     for name in sorted(set(api_profiles) | set(local_profiles)):

@@ -12,10 +12,11 @@ what it knows about a half-broken host, not stop at the first unreadable file.
 
 from __future__ import annotations
 
+import errno
 import os
 
 from ansible_collections.hypeman.vgpu.plugins.module_utils import (
-    _hypeman, _ledger, _placement, _sentinel, _store, _store_write, _sysfs)
+    _hypeman, _ledger, _placement, _proc, _sentinel, _store, _store_write, _sysfs)
 from ansible_collections.hypeman.vgpu.plugins.module_utils._errors import VgpuError
 
 SEVERITIES = ("critical", "warning", "info")
@@ -147,11 +148,6 @@ def capacity_section(placement):
             "lost_pct": round(100.0 * lost / total, 2) if total else 0.0}
 
 
-def _read_text(path):
-    with open(path, "r", encoding="utf-8", errors="replace") as handle:
-        return handle.read()
-
-
 def _check(name, ok, detail, fix):
     return {"name": name, "status": "pass" if ok else "fail", "detail": detail, "fix": None if ok else fix}
 
@@ -160,13 +156,19 @@ def prerequisites(sysfs_root, proc_root, sriov_manage, dcgm_units=DEFAULT_DCGM_U
     """What a vGPU host needs, each as ``{name, status: pass|fail, detail, fix}``."""
     checks = []
     try:
-        cmdline = _read_text(os.path.join(proc_root, "cmdline")).split()
+        cmdline = _proc.read_proc_file(os.path.join(proc_root, "cmdline")).decode("utf-8", "replace").split()
     except (IOError, OSError) as err:
         cmdline, cmdline_error = [], "cannot read %s: %s" % (os.path.join(proc_root, "cmdline"), err.strerror or err)
     else:
         cmdline_error = None
     groups_dir = os.path.join(sysfs_root, "kernel", "iommu_groups")
-    groups = os.listdir(groups_dir) if os.path.isdir(groups_dir) else []
+    try:
+        groups = os.listdir(groups_dir)
+    except (IOError, OSError) as err:
+        groups = []
+        if err.errno not in (errno.ENOENT, errno.ENOTDIR):
+            cmdline_error = "%scannot list %s: %s" % (cmdline_error + "; " if cmdline_error else "", groups_dir,
+                                                      err.strerror or err)
     on = [arg for arg in cmdline if arg in IOMMU_ARGS]
     if on:
         detail = "kernel command line has %s" % " ".join(on)

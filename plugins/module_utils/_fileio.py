@@ -107,3 +107,35 @@ def read_bytes(path, limit=DEFAULT_LIMIT, follow=True):
         return read_fd(fd, path, limit)
     finally:
         os.close(fd)
+
+
+def is_within(path, root):
+    """Whether ``path`` is ``root`` or below it, comparing normalised strings.
+
+    No symlink is resolved here: callers pass real paths
+    (``os.path.realpath``) when a symlink may lead elsewhere, or a link's
+    lexical target when the link itself is what is judged.
+    """
+    path, root = os.path.normpath(path), os.path.normpath(root)
+    return path == root or path.startswith(root.rstrip("/") + "/")
+
+
+def read_bytes_within(path, roots, limit=DEFAULT_LIMIT):
+    """:func:`read_bytes` of ``path``, following a symlink only when its real target is inside ``roots``.
+
+    For files under a directory this collection trusts as a whole (an
+    instance's metadata under hypeman's data dir): a symlink that stays
+    inside is read like the file, one that leads out raises
+    :class:`HostFileError` naming where it leads.
+    """
+    try:
+        return read_bytes(path, limit, follow=False)
+    except HostFileError as err:
+        if err.errno != errno.ELOOP:
+            raise
+    real = os.path.realpath(path)
+    if not any(is_within(real, os.path.realpath(root)) for root in roots):
+        raise HostFileError(errno.ELOOP, "is a symlink to %s, outside %s; refused" % (real, " and ".join(roots)),
+                            path)
+    # Read the resolved path: a link swapped after the check cannot redirect the read.
+    return read_bytes(real, limit)

@@ -18,9 +18,14 @@ import re
 
 from ansible_collections.hypeman.vgpu.plugins.module_utils import _gotime, _proc, _store
 from ansible_collections.hypeman.vgpu.plugins.module_utils._errors import VgpuError
-from ansible_collections.hypeman.vgpu.plugins.module_utils._fileio import read_bytes
+from ansible_collections.hypeman.vgpu.plugins.module_utils._fileio import is_within, read_bytes, read_bytes_within
 
 DEFAULT_QUARANTINE_THRESHOLD = 2  # hypeman's defaultVFQuarantineThreshold
+# hypeman's config and an instance's metadata are a few KiB; anything past these caps is not theirs.
+CONFIG_LIMIT = 1024 * 1024
+METADATA_LIMIT = 1024 * 1024
+_INT64 = (-(1 << 63), (1 << 63) - 1)
+_UINT64 = (0, (1 << 64) - 1)
 
 _KEY_RE = re.compile(r"^(?P<indent>\s*)(?P<key>[A-Za-z0-9_.-]+)\s*:\s*(?P<value>.*?)\s*$")
 _FLOW_RE = re.compile(r"(?:^|[{,])\s*vf_quarantine_threshold\s*:\s*(?P<value>[^,}]*)")
@@ -75,8 +80,9 @@ def _threshold_value(text, source):
     try:
         value = int(text, 10)
     except ValueError:
+        shown = text if len(text) <= 40 else text[:40] + "..."
         raise VgpuError(
-            "%s: gpu.vf_quarantine_threshold is %r; expected a whole number >= 1" % (source, text)
+            "%s: gpu.vf_quarantine_threshold is %r; expected a whole number >= 1" % (source, shown)
         )
     if value < 1:
         raise VgpuError(
@@ -91,14 +97,22 @@ def read_quarantine_threshold(config_path):
 
     A missing config file means defaults, exactly as for hypeman. Returns
     ``(threshold, source)`` where source says where the value came from.
+    A config that is not a regular file, is over :data:`CONFIG_LIMIT` or is
+    not UTF-8 (hypeman's YAML parser refuses it too) fails closed: the
+    threshold it holds cannot be known.
     """
     try:
-        with open(config_path, "r", encoding="utf-8") as handle:
-            text = handle.read()
+        # /etc is root's: a symlinked config is followed, as hypeman does.
+        data = read_bytes(config_path, limit=CONFIG_LIMIT)
     except (IOError, OSError) as err:
         if err.errno == errno.ENOENT:
             return DEFAULT_QUARANTINE_THRESHOLD, "default"
         raise VgpuError("cannot read hypeman config %s: %s" % (config_path, err.strerror or err))
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as err:
+        raise VgpuError("hypeman config %s is not UTF-8 text (byte 0x%02x at offset %d); expected hypeman's YAML "
+                        "config, which hypeman cannot parse either" % (config_path, data[err.start], err.start))
     value = parse_quarantine_threshold(text, source=config_path)
     if value is None:
         return DEFAULT_QUARANTINE_THRESHOLD, "default"
@@ -189,7 +203,7 @@ def _reject_constant(name):
 
 
 def _go_int(meta, key, unsigned=False):
-    """A Go int / uint64 field: JSON null keeps the zero value; fractions fail like Go."""
+    """A Go int / uint64 field: JSON null keeps the zero value; fractions and overflow fail like Go."""
     value = meta.get(key)
     if value is None:
         return None
@@ -197,6 +211,9 @@ def _go_int(meta, key, unsigned=False):
         raise ValueError("%s: cannot unmarshal %s into an integer" % (key, type(value).__name__))
     if unsigned and value < 0:
         raise ValueError("%s: cannot unmarshal negative number into uint64" % key)
+    low, high = _UINT64 if unsigned else _INT64
+    if not low <= value <= high:
+        raise ValueError("%s: number %d overflows %s" % (key, value, "uint64" if unsigned else "int64"))
     return value
 
 
@@ -205,9 +222,12 @@ def parse_metadata(text):
 
     Returns the dict; raises ValueError when hypeman could not load the file
     either (not JSON, not an object, a field of the wrong type, an
-    unparseable claim time).
+    unparseable claim time, JSON nested deeper than Python's parser goes).
     """
-    meta = json.loads(text, parse_constant=_reject_constant)
+    try:
+        meta = json.loads(text, parse_constant=_reject_constant)
+    except RecursionError:
+        raise ValueError("JSON nested too deeply")
     if not isinstance(meta, dict):
         raise ValueError("metadata is not a JSON object")
     for key in _STRING_FIELDS:
@@ -278,6 +298,19 @@ def _is_real_dir(entry):
         return False
 
 
+def _escaping_link(entry, roots):
+    """Where a symlinked guest directory really leads when that is outside ``roots``, else None."""
+    try:
+        if not entry.is_symlink():
+            return None
+    except OSError:
+        return None
+    real = os.path.realpath(entry.path)
+    if any(is_within(real, os.path.realpath(root)) for root in roots):
+        return None
+    return real
+
+
 def list_instances(data_dir, proc_root=None):
     """Every instance under ``<data_dir>/guests``, plus what could not be read.
 
@@ -286,6 +319,13 @@ def list_instances(data_dir, proc_root=None):
     instances. Metadata hypeman could not load (unreadable, not JSON, wrong
     field types) goes to ``unreadable`` as ``{instance_id, path, error}`` --
     never silently skipped: hypeman's reconcile fails closed on it.
+
+    Symlinks: a guest directory that is a symlink is not an instance (as
+    for hypeman), but one leading out of ``data_dir`` is listed in
+    ``unreadable``; a ``metadata.json`` symlink is read only when its real
+    target is inside ``data_dir`` (or the guests directory), else it is
+    refused in ``unreadable``. Metadata over :data:`METADATA_LIMIT`, a FIFO
+    or a device there is unreadable too, never waited on.
 
     Each instance: ``id, name, hypervisor_type, profile, framework,
     device_path, vf_address`` (normalised basename of ``GPUDevicePath``, None
@@ -306,13 +346,19 @@ def list_instances(data_dir, proc_root=None):
             return [], []
         raise VgpuError("read guests directory %s: %s" % (base, err.strerror or err))
     instances, unreadable = [], []
+    roots = (data_dir, base)
     for entry in entries:
-        if not _is_real_dir(entry):
-            continue
         name = entry.name
+        if not _is_real_dir(entry):
+            escape = _escaping_link(entry, roots)
+            if escape:
+                unreadable.append({"instance_id": name, "path": entry.path,
+                                   "error": "guest directory is a symlink to %s, outside %s; refused" % (
+                                       escape, data_dir)})
+            continue
         path = os.path.join(base, name, "metadata.json")
         try:
-            data = read_bytes(path)
+            data = read_bytes_within(path, roots, METADATA_LIMIT)
         except (IOError, OSError) as err:
             if err.errno == errno.ENOENT:
                 continue
@@ -346,7 +392,7 @@ _SO_ACCEPTCON = 0x10000
 
 
 def _read_text(path):
-    return read_bytes(path).decode("utf-8", "replace")
+    return _proc.read_proc_file(path).decode("utf-8", "replace")
 
 
 class LivenessChecker(object):
@@ -400,9 +446,9 @@ class LivenessChecker(object):
         if paren < 0:
             return 0
         fields = data[paren + 1:].split()
-        if len(fields) <= 19 or not fields[19].isdigit():
+        if len(fields) <= 19:
             return 0
-        return int(fields[19])
+        return _proc.small_uint(fields[19]) or 0
 
     def _socket_ref(self, socket_path):
         if self._unix is None:
@@ -456,7 +502,7 @@ class LivenessChecker(object):
             except (IOError, OSError) as err:
                 raise _Ambiguous("read /proc: %s" % (err.strerror or err))
             for entry in entries:
-                if not entry.isdigit() or not os.path.isdir(os.path.join(self.proc_root, entry)):
+                if _proc.small_uint(entry) is None or not os.path.isdir(os.path.join(self.proc_root, entry)):
                     continue
                 fd_dir = os.path.join(self.proc_root, entry, "fd")
                 try:

@@ -14,10 +14,33 @@ from ansible_collections.hypeman.vgpu.plugins.module_utils._fileio import read_b
 
 # Errors that mean "this process exited while we looked": skip it.
 _GONE = (errno.ENOENT, errno.ESRCH)
+# The longest number read from /proc (a pid, a start time in ticks, a device minor): 20 digits is 2**64.
+_UINT_DIGITS = 20
 
 
-def _read_proc_file(path):
-    return read_bytes(path)
+def read_proc_file(path):
+    """A /proc entry's bytes. /proc files are regular: a symlink, FIFO or device is refused, never followed
+    or waited on (fd links are read with ``os.readlink`` by their callers, never opened)."""
+    return read_bytes(path, follow=False)
+
+
+_read_proc_file = read_proc_file  # what this file calls: tests replace it to make a process exit mid-scan
+
+
+def small_uint(text):
+    """The value of a decimal number of ASCII digits (at most 20), or None for anything else.
+
+    ``str.isdigit`` accepts superscripts ``int`` refuses, and ``int`` refuses
+    numbers of thousands of digits: /proc names and fields go through here.
+    """
+    if 0 < len(text) <= _UINT_DIGITS and text.isascii() and text.isdigit():
+        return int(text)
+    return None
+
+
+def pids(names):
+    """The process ids among directory names of /proc, sorted."""
+    return sorted(pid for pid in (small_uint(name) for name in names) if pid is not None)
 
 
 def find_processes(proc_root, names):
@@ -29,11 +52,11 @@ def find_processes(proc_root, names):
     """
     wanted = set(names)
     try:
-        pids = sorted(int(name) for name in os.listdir(proc_root) if name.isdigit())
+        found_pids = pids(os.listdir(proc_root))
     except (IOError, OSError) as err:
         raise VgpuError("cannot list processes in %s: %s" % (proc_root, err.strerror or err))
     found = []
-    for pid in pids:
+    for pid in found_pids:
         base = os.path.join(proc_root, str(pid))
         try:
             comm = _read_proc_file(os.path.join(base, "comm")).decode("utf-8", "replace").rstrip("\n")
@@ -110,7 +133,8 @@ def scan_device_holders(proc_root, dev_root, details=True):
     except (IOError, OSError) as err:
         raise VgpuError("cannot list processes in %s: %s" % (proc_root, err.strerror or err))
     holders = []
-    for name in sorted((n for n in entries if n.isdigit()), key=int):
+    for pid in pids(entries):
+        name = str(pid)
         fd_dir = "%s/%s/fd" % (proc_root, name)
         try:
             fds = os.listdir(fd_dir)
@@ -158,8 +182,7 @@ def nvidia_minor(proc_root, address):
     for line in text.splitlines():
         key, _sep, value = line.partition(":")
         if key.strip() == "Device Minor":
-            value = value.strip()
-            return int(value) if value.isdigit() else None
+            return small_uint(value.strip())
     return None
 
 
@@ -174,8 +197,9 @@ def card_node_kind(rel_path, minor):
     if rel_path.startswith("vfio/"):
         return "vfio"
     rest = rel_path[len(CARD_NODE_PREFIX):]
-    if rest.isdigit():
-        return "card" if minor is None or int(rest) == minor else "other"
+    number = small_uint(rest)
+    if number is not None:
+        return "card" if minor is None or number == minor else "other"
     return "shared"
 
 

@@ -33,7 +33,7 @@ import os
 import re
 
 from ansible_collections.hypeman.vgpu.plugins.module_utils._errors import VgpuError
-from ansible_collections.hypeman.vgpu.plugins.module_utils import _gotime
+from ansible_collections.hypeman.vgpu.plugins.module_utils import _fileio, _gotime
 
 STORE_RELPATH = "gpu/vf-health.json"
 STORE_VERSION = 1
@@ -695,8 +695,8 @@ def load_store(path):
     """
     is_symlink = os.path.islink(path)
     try:
-        with open(path, "rb") as handle:
-            data = handle.read()
+        # Not open(): a FIFO would block and an endless file exhaust memory.
+        data = _fileio.read_bytes(path, limit=_fileio.DEFAULT_LIMIT)
     except (IOError, OSError) as err:
         if err.errno == errno.ENOENT:  # hypeman: os.IsNotExist -> empty store, not an error
             return HealthStore(path, False, FORMAT_MISSING, True, None, None, {}, is_symlink)

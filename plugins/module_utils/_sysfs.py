@@ -19,7 +19,7 @@ import os
 import re
 
 from ansible_collections.hypeman.vgpu.plugins.module_utils._errors import VgpuError
-from ansible_collections.hypeman.vgpu.plugins.module_utils._fileio import read_bytes
+from ansible_collections.hypeman.vgpu.plugins.module_utils._fileio import is_within, read_bytes
 from ansible_collections.hypeman.vgpu.plugins.module_utils._store import normalize_vf_address
 
 FRAMEWORK_MDEV = "mdev"
@@ -31,6 +31,10 @@ _GO_ATOI_RE = re.compile(r"^[+-]?[0-9]+$")
 _INT64_MAX = (1 << 63) - 1
 _VIRTFN_RE = re.compile(r"^virtfn([0-9]+)$")
 _FRAMEBUFFER_RE = re.compile(r"framebuffer=(\d+)M")
+# A sysfs attribute is at most a page (4 KiB, 64 KiB on some arm64 kernels); more is not sysfs.
+ATTRIBUTE_LIMIT = 1024 * 1024
+# How much of a bad attribute value an error message quotes.
+_QUOTE_LIMIT = 200
 
 
 def pci_devices_dir(sysfs_root):
@@ -69,8 +73,24 @@ def _is_enoent(err):
     return isinstance(err, EnvironmentError) and err.errno == errno.ENOENT
 
 
-def _read(path):
-    return read_bytes(path).decode("utf-8", "surrogateescape")
+def read_attribute(path):
+    """A sysfs attribute's text. Attributes are regular files: a symlink in the last component, a FIFO
+    or a device is refused (HostFileError), a file over :data:`ATTRIBUTE_LIMIT` too."""
+    return read_bytes(path, limit=ATTRIBUTE_LIMIT, follow=False).decode("utf-8", "surrogateescape")
+
+
+def link_escape(sysfs_root, link):
+    """Where the symlink ``link`` leads when that is outside ``sysfs_root``, else None (also when it is no link).
+
+    sysfs links are relative (``../../../devices/...``), so the link's own
+    target is judged, lexically, without following anything.
+    """
+    try:
+        target = os.readlink(link)
+    except (OSError, IOError):
+        return None
+    resolved = os.path.normpath(os.path.join(os.path.dirname(link), target))
+    return None if is_within(resolved, sysfs_root) else resolved
 
 
 def go_atoi(text):
@@ -131,12 +151,14 @@ def parse_creatable(text):
 
 
 def _go_quote(text):
+    if len(text) > _QUOTE_LIMIT:
+        text = text[:_QUOTE_LIMIT] + "..."
     return '"%s"' % text.replace("\\", "\\\\").replace('"', '\\"')
 
 
 def read_current_type(path):
     """hypeman's ``readCurrentVGPUType``: trimmed text that must be an integer."""
-    value = _read(path).strip()
+    value = read_attribute(path).strip()
     try:
         go_atoi(value)
     except ValueError:
@@ -253,6 +275,12 @@ def _discover_vendor_vfio(sysfs_root, result, read_creatable):
         address = canonical_address(name)
         parent = read_link_basename(vf_path + "/physfn")
         parent = canonical_address(parent) if parent else None
+        escape = link_escape(sysfs_root, vf_path)
+        if escape:
+            result.unreadable.append({"address": address, "parent": parent, "path": vf_path,
+                                      "error": "VF %s: %s is a symlink to %s, outside %s; refused" % (
+                                          name, vf_path, escape, sysfs_root)})
+            continue
         if state != "present":
             result.unreadable.append({"address": address, "parent": parent,
                                       "path": vf_path + "/nvidia/creatable_vgpu_types",
@@ -269,7 +297,7 @@ def _discover_vendor_vfio(sysfs_root, result, read_creatable):
               "creatable": None, "creatable_error": None, "mdev_uuids": []}
         if read_creatable:
             try:
-                text = _read(vf_path + "/nvidia/creatable_vgpu_types")
+                text = read_attribute(vf_path + "/nvidia/creatable_vgpu_types")
                 if text not in parsed:
                     try:
                         parsed[text] = parse_creatable(text)
@@ -315,7 +343,14 @@ def _discover_mdev(sysfs_root, result):
     by_vf = {}
     for mdev in mdevs:
         by_vf.setdefault(mdev["vf"], []).append(mdev)
-    names = _listdir(bus)
+    names = []
+    for name in _listdir(bus):
+        escape = link_escape(sysfs_root, os.path.join(bus, name))
+        if escape:
+            result.warnings.append("skipping mdev VF %s: %s is a symlink to %s, outside %s" % (
+                name, os.path.join(bus, name), escape, sysfs_root))
+        else:
+            names.append(name)
     for name in names:
         address = canonical_address(name)
         parent = read_link_basename(os.path.join(pci_devices_dir(sysfs_root), name, "physfn"))
@@ -324,8 +359,8 @@ def _discover_mdev(sysfs_root, result):
         types_dir = os.path.join(bus, name, "mdev_supported_types")
         for type_name in _safe_listdir(types_dir):
             try:
-                available = go_atoi(_read(os.path.join(types_dir, type_name, "available_instances")).strip())
-                profile = _read(os.path.join(types_dir, type_name, "name")).strip()
+                available = go_atoi(read_attribute(os.path.join(types_dir, type_name, "available_instances")).strip())
+                profile = read_attribute(os.path.join(types_dir, type_name, "name")).strip()
             except (OSError, IOError, ValueError):
                 continue
             if available >= 1:
@@ -342,7 +377,7 @@ def _discover_mdev(sysfs_root, result):
             if not os.path.isdir(os.path.join(types_dir, type_name)):
                 continue
             try:
-                profile = _read(os.path.join(types_dir, type_name, "name")).strip()
+                profile = read_attribute(os.path.join(types_dir, type_name, "name")).strip()
             except (OSError, IOError):
                 continue
             result.mdev_profiles.append({"id": type_name, "name": profile,
@@ -359,7 +394,7 @@ def _safe_listdir(path):
 def _mdev_framebuffer(type_dir):
     """hypeman's ``parseFramebufferFromDescription``: ``framebuffer=<N>M`` in MB, else 0."""
     try:
-        desc = _read(os.path.join(type_dir, "description"))
+        desc = read_attribute(os.path.join(type_dir, "description"))
     except (OSError, IOError):
         return 0
     match = _FRAMEBUFFER_RE.search(desc)
@@ -373,7 +408,7 @@ def _mdev_framebuffer(type_dir):
 
 def _read_field(path, errors, parse):
     try:
-        return parse(_read(path).strip())
+        return parse(read_attribute(path).strip())
     except (OSError, IOError) as err:
         if not _is_enoent(err):
             errors.append("%s: %s" % (path, _err_text(err)))
@@ -387,7 +422,7 @@ def _hex_id(text):
     text = text.lower()
     text = text[2:] if text.startswith("0x") else text
     if not text or any(c not in "0123456789abcdef" for c in text):
-        raise ValueError("not a hex id: %r" % text)
+        raise ValueError("not a hex id: %s" % _go_quote(text))
     return text
 
 
@@ -402,6 +437,10 @@ def read_parent(sysfs_root, address):
     path = os.path.join(pci_devices_dir(sysfs_root), address)
     info = {"address": address, "exists": os.path.isdir(path), "vendor_id": None, "device_id": None,
             "class_id": None, "sriov_totalvfs": None, "sriov_numvfs": None, "virtfns": [], "errors": []}
+    escape = link_escape(sysfs_root, path)
+    if escape:
+        info["errors"].append("%s is a symlink to %s, outside %s; refused" % (path, escape, sysfs_root))
+        return info
     if not info["exists"]:
         if os.path.lexists(path):
             info["errors"].append("%s: link target missing" % path)
@@ -442,7 +481,7 @@ def list_sriov_gpus(sysfs_root):
         if not os.path.exists(os.path.join(path, "sriov_totalvfs")):
             continue
         try:
-            vendor = _hex_id(_read(os.path.join(path, "vendor")).strip())
+            vendor = _hex_id(read_attribute(os.path.join(path, "vendor")).strip())
         except (OSError, IOError, ValueError):
             vendor = None  # unreadable: keep it, an operator must see it
         if vendor in (None, NVIDIA_VENDOR_ID):

@@ -96,19 +96,20 @@ options:
   retries:
     description:
       - How many more times C(sriov-manage -e) is run when the VFs have not verified within O(timeout) of the
-        previous run. V(0) runs it once.
+        previous run. V(0) runs it once. At most V(100).
     type: int
     default: 2
   delay:
     description:
-      - Seconds between two sysfs checks while waiting for the expected state. Must be more than 0.
+      - Seconds between two sysfs checks while waiting for the expected state. Must be more than 0 and at most
+        V(3600).
     type: float
     default: 2
   timeout:
     description:
       - Seconds to wait, after each C(sriov-manage) run, for sysfs to show the expected state. The same wait applies
         with O(state=enabled) when the card already has VFs that are not yet all readable.
-      - V(0) checks once, without waiting.
+      - V(0) checks once, without waiting. At most V(86400) (a day).
     type: float
     default: 60
 notes:
@@ -348,6 +349,7 @@ culprits:
     card_holders: []
 """
 
+import math
 import os
 import re
 import time
@@ -355,13 +357,17 @@ import time
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.hypeman.vgpu.plugins.module_utils._errors import VgpuError
-from ansible_collections.hypeman.vgpu.plugins.module_utils._module import host_path_spec, run_module
+from ansible_collections.hypeman.vgpu.plugins.module_utils._module import host_path_spec, new_module, run_module
 from ansible_collections.hypeman.vgpu.plugins.module_utils import _cmd, _hypeman, _proc, _sysfs
 
 # A run of sriov-manage is never killed sooner: a half-done run can leave the card unbound.
 COMMAND_TIMEOUT = 600
 # NVIDIA's script prints "Cannot obtain unbindLock for <gpu>"; other tools use lower case.
 UNBIND_LOCK_RE = re.compile(r"cannot obtain unbindlock", re.IGNORECASE)
+# Bounds of the waiting options: every wait of a run must end.
+RETRIES_MAX = 100
+DELAY_MAX = 3600
+TIMEOUT_MAX = 86400
 # How many addresses a message lists before it says "and N more".
 _LIST_LIMIT = 8
 
@@ -386,8 +392,7 @@ def _who(holder):
 
 
 def _read_int(path):
-    with open(path, "r") as handle:
-        return _sysfs.go_atoi(handle.read().strip())
+    return _sysfs.go_atoi(_sysfs.read_attribute(path).strip())
 
 
 def expected_vf_addresses(sysfs_root, address, total):
@@ -527,12 +532,15 @@ class Run(object):
                 raise VgpuError("%s is not in allowed_gpus (%s): refusing to change SR-IOV on it"
                                 % (address, ", ".join(allowed) or "empty: no card may be changed"),
                                 pci_address=address)
-        if params["retries"] < 0:
-            raise VgpuError("retries is %d; expected 0 or more" % params["retries"])
-        if not params["delay"] > 0:
-            raise VgpuError("delay is %s; expected a number of seconds more than 0" % params["delay"])
-        if not params["timeout"] >= 0:
-            raise VgpuError("timeout is %s; expected a number of seconds, 0 or more" % params["timeout"])
+        if not 0 <= params["retries"] <= RETRIES_MAX:
+            raise VgpuError("retries is %d; expected 0 to %d" % (params["retries"], RETRIES_MAX))
+        # NaN compares false and infinity would wait forever: both are refused.
+        if not (math.isfinite(params["delay"]) and 0 < params["delay"] <= DELAY_MAX):
+            raise VgpuError("delay is %s; expected a number of seconds more than 0 and at most %d"
+                            % (params["delay"], DELAY_MAX))
+        if not (math.isfinite(params["timeout"]) and 0 <= params["timeout"] <= TIMEOUT_MAX):
+            raise VgpuError("timeout is %s; expected a number of seconds from 0 to %d"
+                            % (params["timeout"], TIMEOUT_MAX))
         return address
 
     def _check_card(self, snap):
@@ -803,7 +811,8 @@ def body(module):
 
 
 def main():
-    module = AnsibleModule(
+    module = new_module(
+        AnsibleModule,
         argument_spec=host_path_spec(
             pci_address=dict(type="str", required=True),
             state=dict(type="str", default="enabled", choices=["enabled", "disabled", "cycled"]),

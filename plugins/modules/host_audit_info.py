@@ -62,7 +62,8 @@ options:
     default: /usr/lib/nvidia/sriov-manage
   dcgm_units:
     description:
-      - DCGM systemd units whose unit files must exist, checked with O(prerequisites).
+      - DCGM systemd units whose unit files must exist, checked with O(prerequisites). Each is a unit file name
+        (no C(/)).
     type: list
     elements: str
     default: [nvidia-dcgm.service, nvidia-dcgm-exporter.service]
@@ -324,7 +325,9 @@ needs_action:
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.hypeman.vgpu.plugins.module_utils import _audit
-from ansible_collections.hypeman.vgpu.plugins.module_utils._module import host_path_spec, run_module, store_path
+from ansible_collections.hypeman.vgpu.plugins.module_utils._errors import VgpuError
+from ansible_collections.hypeman.vgpu.plugins.module_utils._module import (
+    host_path_spec, new_module, run_module, shown, store_path)
 
 
 def _body(module):
@@ -335,6 +338,11 @@ def _body(module):
     if params["api_url"]:
         api = {"url": params["api_url"], "token": params["api_token"],
                "validate_certs": params["validate_certs"], "timeout": params["api_timeout"]}
+    for unit in params["dcgm_units"] or []:
+        if not unit or "/" in unit or "\0" in unit or unit in (".", "..") \
+                or len(unit.encode("utf-8", "surrogateescape")) > 255:
+            raise VgpuError("dcgm_units entry %s is not a systemd unit name; expected a name such as "
+                            "nvidia-dcgm.service" % shown(unit))
     prereq = None
     if params["prerequisites"]:
         prereq = {"sriov_manage": params["sriov_manage"], "dcgm_units": params["dcgm_units"],
@@ -349,7 +357,8 @@ def _body(module):
 
 
 def main():
-    module = AnsibleModule(
+    module = new_module(
+        AnsibleModule,
         argument_spec=host_path_spec(
             threshold=dict(type="int"),
             sentinel=dict(type="bool", default=True),

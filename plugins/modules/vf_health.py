@@ -293,7 +293,7 @@ import time
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.hypeman.vgpu.plugins.module_utils._errors import VgpuError
-from ansible_collections.hypeman.vgpu.plugins.module_utils._module import host_path_spec, run_module, store_path
+from ansible_collections.hypeman.vgpu.plugins.module_utils._module import host_path_spec, new_module, run_module, store_path
 from ansible_collections.hypeman.vgpu.plugins.module_utils._hypeman import (
     resolve_threshold, warn_if_store_edited_while_running)
 from ansible_collections.hypeman.vgpu.plugins.module_utils import _gotime, _ledger, _store, _store_write, _sysfs
@@ -521,7 +521,8 @@ def body(module):
 
 
 def main():
-    module = AnsibleModule(
+    module = new_module(
+        AnsibleModule,
         argument_spec=host_path_spec(
             state=dict(type="str", required=True, choices=["failed", "succeeded", "quarantined", "absent",
                                                            "repaired"]),

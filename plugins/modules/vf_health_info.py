@@ -175,7 +175,7 @@ ledger:
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.hypeman.vgpu.plugins.module_utils._errors import VgpuError
-from ansible_collections.hypeman.vgpu.plugins.module_utils._module import host_path_spec, run_module, store_path
+from ansible_collections.hypeman.vgpu.plugins.module_utils._module import host_path_spec, new_module, run_module, store_path
 from ansible_collections.hypeman.vgpu.plugins.module_utils._hypeman import resolve_threshold
 from ansible_collections.hypeman.vgpu.plugins.module_utils import _ledger, _store, _store_write
 
@@ -211,7 +211,8 @@ def body(module):
 
 
 def main():
-    module = AnsibleModule(
+    module = new_module(
+        AnsibleModule,
         argument_spec=host_path_spec(
             threshold=dict(type="int"),
             ledger_entries=dict(type="int", default=20),

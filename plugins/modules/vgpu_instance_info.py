@@ -192,7 +192,7 @@ api:
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.hypeman.vgpu.plugins.module_utils import _hypeman, _sysfs
-from ansible_collections.hypeman.vgpu.plugins.module_utils._module import host_path_spec, run_module
+from ansible_collections.hypeman.vgpu.plugins.module_utils._module import host_path_spec, new_module, run_module
 
 _OUTPUT_KEYS = ("id", "name", "profile", "framework", "device_path", "vf_address", "mdev_uuid", "parent_gpu",
                 "assigned_at", "claim_field", "retained_for_cleanup", "pid", "live", "live_reason",
@@ -215,7 +215,8 @@ def _compare(instances, unreadable, api_list):
     unreadable_ids = set(entry["instance_id"] for entry in unreadable)
     remote = {}
     for item in api_list:
-        if isinstance(item, dict) and item.get("id"):
+        # An id that is not text is no instance hypeman lists (and could not key a lookup).
+        if isinstance(item, dict) and isinstance(item.get("id"), str) and item["id"]:
             remote[item["id"]] = item
     for instance_id in sorted(set(local) | set(remote)):
         mine, theirs = local.get(instance_id), remote.get(instance_id)
@@ -278,7 +279,8 @@ def _body(module):
 
 
 def main():
-    module = AnsibleModule(
+    module = new_module(
+        AnsibleModule,
         argument_spec=host_path_spec(
             parent_gpu=dict(type="str"),
             vgpu_only=dict(type="bool", default=False),

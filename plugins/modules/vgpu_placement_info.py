@@ -446,7 +446,7 @@ api:
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.hypeman.vgpu.plugins.module_utils import _placement
-from ansible_collections.hypeman.vgpu.plugins.module_utils._module import host_path_spec, run_module, store_path
+from ansible_collections.hypeman.vgpu.plugins.module_utils._module import host_path_spec, new_module, run_module, store_path
 
 
 def _body(module):
@@ -474,7 +474,8 @@ def _body(module):
 
 
 def main():
-    module = AnsibleModule(
+    module = new_module(
+        AnsibleModule,
         argument_spec=host_path_spec(
             profile=dict(type="str")),
         supports_check_mode=True,

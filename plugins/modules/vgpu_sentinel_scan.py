@@ -284,7 +284,7 @@ threshold_source:
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.hypeman.vgpu.plugins.module_utils import _hypeman, _sentinel, _store_write
-from ansible_collections.hypeman.vgpu.plugins.module_utils._module import host_path_spec, run_module, store_path
+from ansible_collections.hypeman.vgpu.plugins.module_utils._module import host_path_spec, new_module, run_module, store_path
 
 
 def _text(data):
@@ -342,7 +342,8 @@ def _body(module):
 
 
 def main():
-    module = AnsibleModule(
+    module = new_module(
+        AnsibleModule,
         argument_spec=host_path_spec(
             record=dict(type="bool", default=False),
             threshold=dict(type="int"),

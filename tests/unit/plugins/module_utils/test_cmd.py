@@ -52,3 +52,39 @@ def test_not_executable_is_clear_error(tmp_path):
 def test_rejects_shell_strings():
     with pytest.raises(VgpuError, match="argv list"):
         _cmd.run("echo hi")
+
+
+def test_a_timed_out_command_is_killed_with_its_children(tmp_path):
+    pidfile = tmp_path / "child.pid"
+    script = "sleep 30 & echo $! > %s; wait" % pidfile
+    res = _cmd.run(["/bin/sh", "-c", script], timeout=0.5)
+    assert res.timed_out and res.rc is None
+    child = int(pidfile.read_text())
+    # The background child was in the killed process group: it is gone (or a zombie of init).
+    try:
+        with open("/proc/%d/stat" % child) as handle:
+            assert handle.read().split(")")[1].split()[0] == "Z"
+    except FileNotFoundError:
+        pass
+
+
+def test_a_background_child_holding_the_pipes_is_not_waited_for():
+    # Without the exit grace the run would wait for the child's 30 s, holding stdout open.
+    res = _cmd.run(["/bin/sh", "-c", "sleep 30 & echo started; exit 4"], timeout=20)
+    assert (res.rc, res.timed_out, res.stdout) == (4, False, "started\n")
+
+
+def test_endless_output_is_capped(monkeypatch):
+    monkeypatch.setattr(_cmd, "OUTPUT_LIMIT", 1000)
+    res = _cmd.run([sys.executable, "-c", "import sys\nwhile True: sys.stdout.write('y' * 4096)"], timeout=1)
+    assert res.timed_out
+    kept, _sep, note = res.stdout.partition("\n")
+    assert kept == "y" * 1000 and note.startswith("[... ") and note.endswith(" more bytes not kept]")
+
+
+def test_a_file_that_is_no_program_is_a_clear_error(tmp_path):
+    prog = tmp_path / "tool"
+    prog.write_bytes(b"\x00\x01\x02 not a program")
+    os.chmod(str(prog), 0o755)
+    with pytest.raises(VgpuError, match="cannot run it: Exec format error"):
+        _cmd.run([str(prog)])

@@ -6,6 +6,7 @@
 from __future__ import annotations
 
 import json
+from unittest import mock
 
 import pytest
 
@@ -36,3 +37,23 @@ def warning_texts(result):
             warning = (warning.get("event") or {}).get("msg", warning.get("msg"))
         texts.append(warning)
     return texts
+
+
+class _SpecCaptured(Exception):
+    pass
+
+
+def argument_spec(main):
+    """The argument spec ``main`` builds its AnsibleModule with (the module is not run)."""
+    captured = {}
+
+    def capture(self, *args, **kwargs):
+        captured.update(kwargs.get("argument_spec") or args[0])
+        raise _SpecCaptured()
+
+    # As ansible-test's validate-modules does: no arguments to load, AnsibleModule never built.
+    with mock.patch("ansible.module_utils.basic._load_params", lambda: {}), \
+            mock.patch("ansible.module_utils.basic.AnsibleModule.__init__", capture):
+        with pytest.raises(_SpecCaptured):
+            main()
+    return captured

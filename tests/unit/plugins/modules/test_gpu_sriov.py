@@ -563,9 +563,9 @@ def test_a_bad_allowed_gpus_entry_is_named(tmp_path, capsys):
     ({"pci_address": "card0"}, "pci_address 'card0' is not a PCI address; expected one like 0000:82:00.0"),
     ({"pci_address": "0000:83:00.0"}, "0000:83:00.0: no such PCI device under "),
     ({"pci_address": CARD_VFS[0]}, "%s is a VF of %s; pci_address must be the parent GPU" % (CARD_VFS[0], CARD)),
-    ({"retries": -1}, "retries is -1; expected 0 or more"),
+    ({"retries": -1}, "retries is -1; expected 0 to 100"),
     ({"delay": 0}, "delay is 0.0; expected a number of seconds more than 0"),
-    ({"timeout": -2}, "timeout is -2.0; expected a number of seconds, 0 or more"),
+    ({"timeout": -2}, "timeout is -2.0; expected a number of seconds from 0 to 86400"),
 ])
 def test_bad_input_is_named_and_nothing_runs(tmp_path, capsys, args, message):
     host = Host(tmp_path)
