@@ -448,6 +448,7 @@ class HealthStore(object):
         self.raw = raw
         self.records = dict(records or {})
         self.is_symlink = is_symlink
+        self.rewrite = False  # write even though the records compare equal (same instants, new text)
 
     # -- queries ------------------------------------------------------------------
 
@@ -584,19 +585,57 @@ class HealthStore(object):
         self._require_valid()
         try:
             return serialize_records(self.sorted_records())
-        except ValueError as err:  # a loaded offset Go cannot marshal either (e.g. +24:00)
-            raise VgpuError("marshal VF health state %s: %s" % (self.path, err))
+        except ValueError as err:  # a loaded time Go cannot marshal either (e.g. +24:00)
+            raise VgpuError("cannot write VF health store %s: marshal VF health state: %s; nothing was changed "
+                            "(hypeman's own next write of this file fails the same way; state=repaired rewrites "
+                            "its times in UTC)" % (self.path, err), store_error="marshal VF health state: %s" % err)
+
+    def marshal_error(self):
+        """hypeman's error for writing this (loadable) store back, or None.
+
+        Go loads offsets up to ``+24:00`` but cannot marshal an offset hour of
+        24: hypeman then fails every report (rolled back) and, when its load
+        re-evaluation has something to quarantine, disables placement.
+        """
+        if not self.valid:
+            return None
+        try:
+            serialize_records(self.sorted_records())
+        except ValueError as err:
+            return "marshal VF health state: %s" % err
+        return None
+
+    def rewrite_in_utc(self):
+        """Show each time Go cannot marshal in UTC (the same instant); marks the store for writing."""
+        self._require_valid()
+
+        def utc(value):
+            try:
+                _gotime.format_rfc3339nano(value)
+                return value
+            except ValueError:
+                return _gotime.to_utc(value)
+
+        self.records = dict(
+            (vf, Record(vf, tuple(f._replace(reported_at=utc(f.reported_at)) for f in record.failures),
+                        None if record.quarantined_at is None else utc(record.quarantined_at)))
+            for vf, record in self.records.items())
+        self.rewrite = True
 
     def to_data(self):
-        """JSON-able records for module results: every key present, sorted by address."""
+        """JSON-able records for module results: every key present, sorted by address.
+
+        Times read as Go's ``Format`` prints them, which never fails (a time Go
+        cannot marshal keeps its written offset, e.g. ``+24:00``).
+        """
         data = []
         for record in self.sorted_records():
             data.append({
                 "vf_address": record.vf_address,
                 "failures": [{"instance_id": f.instance_id, "assigned_at": f.assigned_at,
-                              "reported_at": _gotime.format_rfc3339nano(f.reported_at)}
+                              "reported_at": _gotime.format_rfc3339nano(f.reported_at, strict=False)}
                              for f in record.failures],
-                "quarantined_at": (_gotime.format_rfc3339nano(record.quarantined_at)
+                "quarantined_at": (_gotime.format_rfc3339nano(record.quarantined_at, strict=False)
                                    if record.quarantined_at is not None else None),
             })
         return data
@@ -627,10 +666,19 @@ def go_json_string(text):
 
 
 def serialize_records(records):
-    """Bytes hypeman writes for ``records`` (already sorted by address)."""
+    """Bytes hypeman writes for ``records`` (already sorted by address); ValueError
+    with Go's text for a time Go cannot marshal."""
     if not records:
         return b'{\n  "version": 1,\n  "records": []\n}'
-    fmt = _gotime.format_rfc3339nano
+    go_format = _gotime.format_rfc3339nano
+
+    def fmt(value, go_type="time.Time"):
+        try:
+            return go_format(value)
+        except ValueError as err:
+            # Go's encoding/json wraps a Marshaler's error (MarshalerError).
+            raise ValueError("json: error calling MarshalJSON for type %s: %s" % (go_type, err))
+
     parts = ['{\n  "version": 1,\n  "records": [']
     first = True
     for record in records:
@@ -655,7 +703,7 @@ def serialize_records(records):
             parts.append("\n      ]")
         if record.quarantined_at is not None:
             parts.append(',\n      "quarantined_at": "')
-            parts.append(fmt(record.quarantined_at))
+            parts.append(fmt(record.quarantined_at, "*time.Time"))
             parts.append('"')
         parts.append("\n    }")
     parts.append("\n  ]\n}")

@@ -310,7 +310,7 @@ def _run_mutate(path, mutate, allow_invalid):
     result = mutate(store)
     # Records are immutable values, so comparing them says whether the
     # serialized store changed (mutations never re-express a time in another offset).
-    changed = store.valid and (not loaded[1] or store.records != before)
+    changed = store.valid and (not loaded[1] or store.records != before or store.rewrite)
     after = store.to_bytes() if changed else None
     return store, loaded, result, changed, after
 

@@ -20,9 +20,10 @@ description:
     (O(instance_id), O(assigned_at)), with hypeman's de-duplication, threshold and rescind rules.
   - O(state=quarantined) drains VFs by hand, O(state=absent) removes their records, O(state=repaired)
     rewrites an unreadable, invalid or legacy store while keeping every VF it can find quarantined.
-  - Every write takes an exclusive lock beside the store, re-evaluates the quarantine threshold as hypeman
-    does at load, and replaces the file atomically and durably with hypeman's procedure. An invalid store
-    is never changed except by O(state=repaired).
+  - Every run re-evaluates the quarantine threshold as hypeman does at load and writes that re-evaluation
+    even when the requested change is a no-op, so the file is the one hypeman holds at this threshold.
+    Every write takes an exclusive lock beside the store and replaces the file atomically and durably
+    with hypeman's procedure. An invalid store is never changed except by O(state=repaired).
   - Quarantines and clears are appended to this collection's ledger in O(state_dir), which is how
     O(owned_only) knows which quarantines this collection made.
   - hypeman keeps the store in memory and overwrites the file on its next report. Edit with hypeman
@@ -46,7 +47,8 @@ options:
         own are skipped and reported as C(skipped_not_owned).
       - V(repaired) acts only on an unreadable, invalid or legacy store. It keeps the old file as a
         timestamped backup and writes a valid store in which every VF address found in the old file is
-        quarantined. On a valid or missing store it changes nothing.
+        quarantined. A store hypeman loads but cannot write back (a time with a UTC offset of V(+24:00)) is
+        rewritten with the same instants in UTC. On any other valid or missing store it changes nothing.
     type: str
     required: true
     choices: [failed, succeeded, quarantined, absent, repaired]
@@ -80,7 +82,7 @@ options:
       - Failures (distinct assignments) that quarantine a VF. Defaults to C(gpu.vf_quarantine_threshold)
         from O(config_path), else hypeman's default 2. Must be 1 or more.
       - Used for O(state=failed) and for the re-evaluation hypeman applies at load, which this module
-        applies whenever it writes.
+        applies and writes on every run except O(state=repaired).
     type: int
   reason:
     description:
@@ -182,8 +184,9 @@ not_owned:
   sample: {"0000:82:00.5": "quarantine is not owned by this collection (latest ledger entry: none)"}
 reevaluated:
   description:
-    - VFs this write also quarantined because their failures already reach the threshold (hypeman does the
-      same at its next load). Empty when nothing was written.
+    - VFs this run quarantined because their failures already reach the threshold, as hypeman does at load.
+      The run writes them even when the requested change itself is a no-op (then it reports changed).
+      Empty when nothing was written.
   returned: always
   type: list
   elements: str
@@ -358,7 +361,8 @@ class Run(object):
         ledger = _ledger.read_ledger(self.params["state_dir"])
         if self.state == "repaired":
             return self._repair(store)
-        saved = dict(store.records)
+        # hypeman's load re-evaluation comes first and is persisted with the run
+        # (idempotent: the next run finds nothing left to quarantine).
         reevaluated = store.reevaluate(self.threshold, self.now)
         outcomes, cleared, skipped, previous = {}, {}, {}, {}
         latest = ledger.latest_by_vf()
@@ -383,20 +387,21 @@ class Run(object):
                                        entry.get("action"), entry.get("trigger"), entry["line"])))
                 else:
                     outcomes[vf] = store.remove(vf)
-        if all(outcome in ("unchanged", "skipped_not_owned") for outcome in outcomes.values()):
-            # Nothing of ours changed: leave re-evaluation to hypeman's next load, write nothing.
-            store.records = saved
-            reevaluated = []
         return {"outcomes": outcomes, "cleared": cleared, "skipped": skipped, "reevaluated": reevaluated,
                 "previous": previous}
 
     def _repair(self, store):
+        result = {"outcomes": {}, "cleared": {}, "skipped": {}, "reevaluated": [], "previous": {}}
         if store.valid:
-            return {"outcomes": {}, "cleared": {}, "skipped": {}, "reevaluated": [], "previous": {}}
+            result["marshal_error"] = store.marshal_error()
+            if result["marshal_error"] is not None:
+                # Loadable, but Go cannot write it back (an offset like +24:00): same instants in UTC.
+                store.rewrite_in_utc()
+            return result
         records = _store_write.recover_records(store.raw, self.now)
         store.replace_records(records)
-        return {"outcomes": dict((vf, "quarantined") for vf in sorted(records)), "cleared": {}, "skipped": {},
-                "reevaluated": [], "previous": {}}
+        result["outcomes"] = dict((vf, "quarantined") for vf in sorted(records))
+        return result
 
     def ledger_entries(self, update):
         """What to append for a write, from the store as written."""
@@ -404,6 +409,11 @@ class Run(object):
         common = dict(user=self.params["requested_by"] or _ledger.default_user(), job_id=self.params["job_id"],
                       run_id=self.run_id, now=self.now)
         entries = []
+        if self.state == "repaired" and update.loaded_valid:
+            # Times re-expressed in UTC: no quarantine changed, so nothing per VF (ownership stays).
+            return [_ledger.make_entry("repair", None, None, self.params["reason"] or (
+                "rewrote the times of a store Go cannot marshal in UTC (%s)" % result["marshal_error"]),
+                trigger="repair", **common)]
         if self.state == "repaired":
             reason = self.params["reason"] or "repaired unusable store (%s): %s" % (
                 update.loaded_format, update.loaded_error)
@@ -414,8 +424,9 @@ class Run(object):
                 entries.append(_ledger.make_entry("repair", None, None, reason, trigger="repair", **common))
             return entries
         for vf in result["reevaluated"]:
+            # self.now, not the final record: the same run may have removed it again (a success, absent).
             entries.append(_ledger.make_entry(
-                "quarantine", vf, store.records[vf].quarantined_at,
+                "quarantine", vf, self.now,
                 "failures reached the threshold %d on re-evaluation" % self.threshold,
                 trigger="reevaluation", parent_gpu=self.parents.get(vf), **common))
         for vf in self.vfs:

@@ -84,6 +84,16 @@ error:
   returned: always
   type: str
   sample: "validate VF health state: unsupported version 0"
+write_error:
+  description:
+    - For a store hypeman loads, hypeman's error for writing it back, or null. Go loads a time with a UTC
+      offset of V(+24:00) but cannot write one, so hypeman then fails every report (and rolls it back), and
+      when its load re-evaluation has something to quarantine (RV(would_quarantine) is not empty) it
+      disables vGPU placement with this error.
+    - C(state=repaired) of M(hypeman.vgpu.vf_health) rewrites such a store with the same instants in UTC.
+  returned: always
+  type: str
+  sample: null
 symlink:
   description: Whether the store file is a symlink (this collection refuses to write through it).
   returned: always
@@ -103,7 +113,9 @@ records:
       type: list
       elements: dict
     quarantined_at:
-      description: When the VF was quarantined, or null.
+      description:
+        - When the VF was quarantined, or null. Times read as Go prints them (a time Go cannot marshal keeps
+          its written offset, see RV(write_error)).
       type: str
   sample: []
 quarantined:
@@ -196,6 +208,7 @@ def body(module):
         format=store.format,
         valid=store.valid,
         error=store.error,
+        write_error=store.marshal_error(),
         symlink=store.is_symlink,
         records=store.to_data(),
         quarantined=store.quarantined(),

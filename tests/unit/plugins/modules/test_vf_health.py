@@ -204,23 +204,92 @@ def test_threshold_option_and_config(host, capsys):
     assert result["outcomes"] == {vf: "recorded"} and result["threshold_source"] == "option"
 
 
-def test_lowered_threshold_reevaluates_only_when_writing(host, capsys):
+def test_lowered_threshold_reevaluation_is_persisted_by_any_run(host, capsys):
     vf, other = host.vfs[0], host.vfs[1]
     for instance in ("i1", "i2"):
         fail(host, capsys, vf, instance, threshold=5)
     before = host.raw()
-    # An operation that changes nothing does not write the re-evaluation either.
+    # The requested change is a no-op, but hypeman at threshold 2 would quarantine vf at load: so do we.
+    result = host.run(capsys, check_mode=True, state="absent", vf_addresses=[other], threshold=2)
+    assert (result["changed"], result["reevaluated"], result["outcomes"]) == (True, [vf], {other: "unchanged"})
+    assert host.raw() == before
+    result = host.run(capsys, state="absent", vf_addresses=[other], threshold=2)
+    assert (result["changed"], result["reevaluated"], result["outcomes"]) == (True, [vf], {other: "unchanged"})
+    assert host.store().quarantined() == [vf]
+    assert [(e["vf_address"], e["trigger"]) for e in host.ledger().entries] == [(vf, "reevaluation")]
+    # Idempotent: nothing is left to re-evaluate.
     result = host.run(capsys, state="absent", vf_addresses=[other], threshold=2)
     assert (result["changed"], result["reevaluated"]) == (False, [])
-    assert host.raw() == before
-    # hypeman's order: re-evaluate first, so a further failure on vf is "unchanged" (already quarantined)...
+    # hypeman's order: re-evaluate first, so a further failure on vf is "unchanged" (already quarantined).
     result = fail(host, capsys, vf, "i3", threshold=2)
     assert (result["changed"], result["outcomes"]) == (False, {vf: "unchanged"})
-    # ...and a write for another VF carries the re-evaluation with it.
-    result = fail(host, capsys, other, "x", threshold=2)
-    assert result["changed"] and result["reevaluated"] == [vf]
-    assert host.store().quarantined() == [vf]
-    assert [e["trigger"] for e in host.ledger().entries] == ["reevaluation"]
+
+
+def test_reevaluation_survives_a_later_threshold_change(host, capsys):
+    """Issue 12: t=2 fail X(A); t=1 fail X(B); t=2 fail Y leaves X quarantined, as in hypeman."""
+    x, y = host.vfs[0], host.vfs[1]
+    assert fail(host, capsys, x, "A", threshold=2)["outcomes"] == {x: "recorded"}
+    result = fail(host, capsys, x, "B", threshold=1)
+    # hypeman at threshold 1 quarantines X at load; B's report then finds it quarantined.
+    assert (result["changed"], result["outcomes"], result["reevaluated"]) == (True, {x: "unchanged"}, [x])
+    assert fail(host, capsys, x, "B", threshold=1)["changed"] is False
+    result = fail(host, capsys, y, "C", threshold=2)
+    assert result["outcomes"] == {y: "recorded"}
+    assert host.store().quarantined() == [x] and host.store().failure_count(x) == 1
+
+
+@pytest.mark.parametrize("args, outcome, clear_trigger", [
+    (dict(state="succeeded", instance_id="i-a", assigned_at="T1"), "rescinded", "success"),
+    (dict(state="absent", owned_only=False), "cleared", "manual"),
+])
+def test_vf_reevaluated_and_removed_by_the_same_run_is_logged(host, capsys, args, outcome, clear_trigger):
+    """Issue 12: the run that re-evaluates a VF into quarantine and removes it again logs both, no crash."""
+    vf = host.vfs[0]
+    host.run(capsys, state="failed", vf_addresses=[vf], instance_id="i-a", assigned_at="T1", threshold=2)
+    result = host.run(capsys, vf_addresses=[vf], threshold=1, **args)
+    assert not result.get("failed"), result.get("msg")
+    assert (result["changed"], result["outcomes"], result["reevaluated"]) == (True, {vf: outcome}, [vf])
+    assert host.raw() == b'{\n  "version": 1,\n  "records": []\n}'
+    entries = host.ledger().entries
+    assert [(e["action"], e["trigger"], e["vf_address"]) for e in entries] == [
+        ("quarantine", "reevaluation", vf), ("clear", clear_trigger, vf)]
+    assert entries[0]["quarantined_at"] is not None and result["ledger_entries"] == [
+        dict((k, v) for k, v in e.items() if k != "line") for e in entries]
+    again = host.run(capsys, vf_addresses=[vf], threshold=1, **args)
+    assert (again["changed"], again["outcomes"]) == (False, {vf: "unchanged"})
+
+
+PLUS_24 = ('{"version":1,"records":[{"vf_address":"%s","failures":[{"instance_id":"a",'
+           '"reported_at":"2026-08-20T15:00:00Z"}],"quarantined_at":"2025-01-01T00:00:00+24:00"}]}')
+
+
+def test_store_go_loads_but_cannot_marshal(host, capsys):
+    """Issue 12: a time Go loads but cannot marshal: no traceback, hypeman's answers."""
+    vf, other = host.vfs[0], host.vfs[1]
+    content = (PLUS_24 % vf).encode()
+    host.put(content)
+    # A run that changes nothing reports the store as hypeman holds it.
+    result = host.run(capsys, state="quarantined", vf_addresses=[vf])
+    assert (result["changed"], result["outcomes"]) == (False, {vf: "unchanged"})
+    assert result["records"][0]["quarantined_at"] == "2025-01-01T00:00:00+24:00"
+    # A change fails as hypeman's own write would, and nothing changes.
+    before = host.snapshot()
+    result = fail(host, capsys, other, "i1")
+    assert result["failed"] and host.path in result["msg"]
+    assert result["store_error"] == ("marshal VF health state: json: error calling MarshalJSON for type "
+                                     "*time.Time: Time.MarshalJSON: timezone hour outside of range [0,23]")
+    assert host.snapshot() == before
+    # state=repaired rewrites the same instants in UTC, keeping the backup; ownership of nothing changes.
+    result = host.run(capsys, check_mode=True, state="repaired")
+    assert result["changed"] and host.raw() == content
+    result = host.run(capsys, state="repaired")
+    assert result["changed"] and result["outcomes"] == {}
+    assert result["records"][0]["quarantined_at"] == "2024-12-31T00:00:00Z"
+    with open(result["backup_file"], "rb") as handle:
+        assert handle.read() == content
+    assert [(e["action"], e["vf_address"]) for e in host.ledger().entries] == [("repair", None)]
+    assert host.run(capsys, state="repaired")["changed"] is False
+    assert fail(host, capsys, other, "i1")["outcomes"] == {other: "recorded"}
 
 
 # --- quarantined / absent / ownership --------------------------------------------------------------

@@ -147,3 +147,18 @@ def test_symlinked_store_is_read_and_flagged(info, capsys, tmp_path):
     os.symlink(str(target), info.path)
     result = info.run(capsys)
     assert result["symlink"] is True and result["valid"] is True  # hypeman reads through it
+
+
+def test_store_go_loads_but_cannot_marshal(info, capsys):
+    """Issue 12: no traceback; valid (hypeman loads it), the time as Go prints it, and the write error."""
+    info.put(b'{"version":1,"records":[{"vf_address":"0000:e3:00.4","failures":[{"instance_id":"a",'
+             b'"reported_at":"2026-08-20T15:00:00Z"}],"quarantined_at":"2025-01-01T00:00:00+24:00"},'
+             b'{"vf_address":"0000:e3:00.5","failures":[{"instance_id":"a","reported_at":"2026-08-20T15:00:00Z"}]}]}')
+    result = info.run(capsys, threshold=1)
+    assert result["valid"] is True and result["error"] is None
+    assert result["records"][0]["quarantined_at"] == "2025-01-01T00:00:00+24:00"
+    assert result["write_error"] == ("marshal VF health state: json: error calling MarshalJSON for type "
+                                     "*time.Time: Time.MarshalJSON: timezone hour outside of range [0,23]")
+    assert result["would_quarantine"] == ["0000:e3:00.5"] and result["quarantined"] == ["0000:e3:00.4"]
+    info.put(STORE)
+    assert info.run(capsys)["write_error"] is None
