@@ -27,14 +27,16 @@ import fcntl
 import json
 import os
 import pwd
+import stat
 import uuid
 
 from ansible_collections.hypeman.vgpu.plugins.module_utils._errors import VgpuError
-from ansible_collections.hypeman.vgpu.plugins.module_utils import _gotime
+from ansible_collections.hypeman.vgpu.plugins.module_utils._fileio import HostFileError, file_kind, read_bytes
+from ansible_collections.hypeman.vgpu.plugins.module_utils import _gotime, _safedir
 
 LEDGER_NAME = "ledger.jsonl"
-STATE_DIR_MODE = 0o750
-LEDGER_MODE = 0o640
+STATE_DIR_MODE = 0o700  # missing state dirs (and missing parents) get exactly this, whatever the umask
+LEDGER_MODE = 0o600
 
 ACTIONS = ("quarantine", "clear", "repair")
 TRIGGERS = ("manual", "failure_threshold", "reevaluation", "success", "repair")
@@ -82,37 +84,57 @@ def make_entry(action, vf_address, quarantined_at=None, reason=None, user=None, 
     }
 
 
+def _state_dir_error(state_dir, err):
+    if isinstance(err, HostFileError) and err.errno == errno.ELOOP:
+        return VgpuError("refusing to use state directory %s: it is a symlink (this collection keeps its "
+                         "ledger only in a real directory; point state_dir at it)" % state_dir, symlink=state_dir)
+    return VgpuError("cannot create state directory %s: %s" % (err.filename or state_dir, err.strerror or err))
+
+
+def open_state_dir(state_dir):
+    """fd of ``state_dir``, created (with any missing parent) with exactly 0700; never a symlink."""
+    try:
+        return _safedir.open_dir(state_dir, STATE_DIR_MODE, follow_last=False)
+    except OSError as err:
+        raise _state_dir_error(state_dir, err)
+
+
 def append_entries(state_dir, entries):
-    """Append ``entries`` durably (one line each). Creates ``state_dir`` (0750)
-    and the ledger (0640) when missing; never follows a symlinked ledger.
-    Returns the ledger path."""
+    """Append ``entries`` durably (one line each). Creates ``state_dir`` (0700)
+    and the ledger (0600) when missing; never follows a symlinked state dir
+    or ledger, and appends only to a regular file. Returns the ledger path."""
     path = ledger_path(state_dir)
     if not entries:
         return path
+    dir_fd = open_state_dir(state_dir)
     try:
-        if not os.path.isdir(state_dir):
-            os.makedirs(state_dir, mode=STATE_DIR_MODE, exist_ok=True)
-            os.chmod(state_dir, STATE_DIR_MODE)
-    except (IOError, OSError) as err:
-        raise VgpuError("cannot create state directory %s: %s" % (state_dir, err.strerror or err))
-    flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
-    created = not os.path.lexists(path)
+        _append(dir_fd, path, entries)
+    finally:
+        os.close(dir_fd)
+    return path
+
+
+def _append(dir_fd, path, entries):
+    flags = os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0)
     try:
-        fd = os.open(path, flags, LEDGER_MODE)
-    except (IOError, OSError) as err:
+        fd = os.open(LEDGER_NAME, flags, LEDGER_MODE, dir_fd=dir_fd)
+    except OSError as err:
         if err.errno == errno.ELOOP:
             raise VgpuError("refusing to append to ledger %s: it is a symlink" % path, symlink=path)
         raise VgpuError("cannot open ledger %s: %s" % (path, err.strerror or err))
     try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            raise VgpuError("refusing to append to ledger %s: it is %s, not a regular file"
+                            % (path, file_kind(info.st_mode)), symlink=path)
+        created = info.st_size == 0
         fcntl.flock(fd, fcntl.LOCK_EX)
         prefix = b""
         size = os.fstat(fd).st_size
         if size:
             # A torn last line (crash mid-append) must not swallow our first entry.
-            with open(path, "rb") as reader:
-                reader.seek(size - 1)
-                if reader.read(1) != b"\n":
-                    prefix = b"\n"
+            if os.pread(fd, 1, size - 1) != b"\n":
+                prefix = b"\n"
         for index, entry in enumerate(entries):
             line = json.dumps(entry, sort_keys=True, ensure_ascii=True).encode("ascii") + b"\n"
             if index == 0:
@@ -121,20 +143,12 @@ def append_entries(state_dir, entries):
             while view:
                 view = view[os.write(fd, view):]
         os.fsync(fd)
-    except (IOError, OSError) as err:
+        if created:
+            os.fsync(dir_fd)  # a new ledger's directory entry must survive a crash too
+    except OSError as err:
         raise VgpuError("cannot append to ledger %s: %s" % (path, err.strerror or err))
     finally:
         os.close(fd)
-    if created:
-        try:
-            dir_fd = os.open(state_dir, os.O_RDONLY)
-            try:
-                os.fsync(dir_fd)
-            finally:
-                os.close(dir_fd)
-        except (IOError, OSError):
-            pass  # the entries themselves are synced; a lost dir entry is only a new, empty ledger
-    return path
 
 
 class Ledger(object):
@@ -164,16 +178,26 @@ class Ledger(object):
         return self.entries[-count:] if count > 0 else []
 
 
+# About 200,000 entries; a ledger that big should be rotated, not read into memory.
+LEDGER_READ_LIMIT = 64 * 1024 * 1024
+
+
 def read_ledger(state_dir):
     """Read the ledger; a missing file is empty. A corrupt line is reported in
     ``problems`` and skipped; an unreadable ledger raises VgpuError (ownership
-    cannot be decided without it)."""
+    cannot be decided without it), and so does a symlinked state dir or
+    ledger, or one that is not a regular file."""
     path = ledger_path(state_dir)
     try:
-        with open(path, "rb") as handle:
-            data = handle.read()
-    except (IOError, OSError) as err:
-        if err.errno == errno.ENOENT:
+        is_link = stat.S_ISLNK(os.lstat(state_dir).st_mode)
+    except OSError:
+        is_link = False  # missing: an empty ledger, as below
+    if is_link:
+        raise _state_dir_error(state_dir, HostFileError(errno.ELOOP, "is a symlink", state_dir))
+    try:
+        data = read_bytes(path, LEDGER_READ_LIMIT, follow=False)
+    except OSError as err:
+        if err.errno == errno.ENOENT and not isinstance(err, HostFileError):
             return Ledger(path, False, [], [])
         raise VgpuError("cannot read ledger %s: %s" % (path, err.strerror or err))
     entries, problems = [], []

@@ -31,9 +31,10 @@ import errno
 import json
 import os
 import re
+import stat
 
 from ansible_collections.hypeman.vgpu.plugins.module_utils._errors import VgpuError
-from ansible_collections.hypeman.vgpu.plugins.module_utils import _gotime
+from ansible_collections.hypeman.vgpu.plugins.module_utils import _fileio, _gotime
 
 STORE_RELPATH = "gpu/vf-health.json"
 STORE_VERSION = 1
@@ -429,7 +430,8 @@ class HealthStore(object):
     """One load of the store.
 
     Attributes: ``path``; ``exists`` (the path exists); ``is_symlink`` (the
-    store file itself is a symlink); ``format`` (``v1``, ``legacy``,
+    store file itself is a symlink); ``path_error`` (why the path itself is
+    refused, or None); ``format`` (``v1``, ``legacy``,
     ``invalid``, ``missing``); ``valid``; ``error`` (hypeman's load error text,
     None when valid); ``raw`` (the bytes read, None when missing or
     unreadable); ``records`` (dict address -> :class:`Record`; empty when invalid).
@@ -448,6 +450,7 @@ class HealthStore(object):
         self.raw = raw
         self.records = dict(records or {})
         self.is_symlink = is_symlink
+        self.path_error = None  # why the path itself is refused (not a regular file, a symlink)
         self.rewrite = False  # write even though the records compare equal (same instants, new text)
 
     # -- queries ------------------------------------------------------------------
@@ -467,8 +470,10 @@ class HealthStore(object):
                       if record.quarantined_at is None and len(record.failures) >= threshold)
 
     def copy(self):
-        return HealthStore(self.path, self.exists, self.format, self.valid, self.error, self.raw,
-                           self.records, self.is_symlink)
+        other = HealthStore(self.path, self.exists, self.format, self.valid, self.error, self.raw,
+                            self.records, self.is_symlink)
+        other.path_error = self.path_error
+        return other
 
     # -- mutations (hypeman's semantics) --------------------------------------------
 
@@ -719,6 +724,39 @@ def _read_error(path, err):
     return "read VF health state: open %s: %s" % (path, go_errno_text(err))
 
 
+# No real store comes near this (about 2 MiB at 10,000 records); beyond it, refuse rather than read on.
+STORE_READ_LIMIT = 64 * 1024 * 1024
+
+
+def _path_problem(path, err):
+    """Why the store path itself is refused (not a regular file, a symlink, too big), or None."""
+    if isinstance(err, _fileio.HostFileError):
+        if err.errno == errno.ELOOP:
+            try:
+                target = os.readlink(path)
+            except OSError:
+                target = None
+            dangling = target is not None and not os.path.exists(path)
+            shown = "" if target is None else " to %s" % go_quote(target)
+            return ("%s is a symlink%s%s; this collection reads and writes only the file itself, never "
+                    "through a symlink" % (path, shown, " that points nowhere" if dangling else ""))
+        return "%s %s" % (path, err.strerror)
+    try:
+        info = os.lstat(path)
+    except OSError:
+        return None
+    if stat.S_ISREG(info.st_mode):
+        return None
+    return "%s is %s, not a regular file" % (path, _fileio.file_kind(info.st_mode))
+
+
+def _refused_store(path, problem, is_symlink=False, error=None):
+    store = HealthStore(path, True, FORMAT_INVALID, False, error or "read VF health state: %s" % problem, None,
+                        {}, is_symlink)
+    store.path_error = problem
+    return store
+
+
 def parse_store_bytes(path, data):
     """A :class:`HealthStore` for file content ``data`` (hypeman's load steps 3-6)."""
     try:
@@ -740,16 +778,32 @@ def load_store(path):
     bad content: a missing file is an empty valid store (format ``missing``);
     anything hypeman would refuse gives ``valid=False`` with hypeman's error.
     Re-evaluation against a threshold is separate (:meth:`HealthStore.reevaluate`).
+
+    Stricter than hypeman about the path (``path_error`` says why): the
+    store must be a regular file read without following a symlink, in a
+    directory that is not a symlink. A symlink (dangling ones included:
+    not a missing store), FIFO, socket, device, directory or a file over
+    :data:`STORE_READ_LIMIT` gives an invalid store, never a read of it.
     """
-    is_symlink = os.path.islink(path)
+    directory = os.path.dirname(path) or "."
     try:
-        with open(path, "rb") as handle:
-            data = handle.read()
-    except (IOError, OSError) as err:
-        if err.errno == errno.ENOENT:  # hypeman: os.IsNotExist -> empty store, not an error
-            return HealthStore(path, False, FORMAT_MISSING, True, None, None, {}, is_symlink)
-        return HealthStore(path, os.path.lexists(path), FORMAT_INVALID, False, _read_error(path, err), None,
-                           {}, is_symlink)
-    store = parse_store_bytes(path, data)
-    store.is_symlink = is_symlink
-    return store
+        dir_is_link = stat.S_ISLNK(os.lstat(directory).st_mode)
+    except OSError:
+        dir_is_link = False
+    if dir_is_link:
+        return _refused_store(path, "the store's directory %s is a symlink; this collection does not use a "
+                                    "store directory through a symlink (point data_dir or path at the real "
+                                    "directory)" % directory)
+    try:
+        data = _fileio.read_bytes(path, STORE_READ_LIMIT, follow=False)
+    except OSError as err:
+        if err.errno == errno.ENOENT and not isinstance(err, _fileio.HostFileError):
+            # hypeman: os.IsNotExist -> empty store, not an error
+            return HealthStore(path, False, FORMAT_MISSING, True, None, None, {}, False)
+        problem = _path_problem(path, err)
+        if problem is not None:
+            is_link = isinstance(err, _fileio.HostFileError) and err.errno == errno.ELOOP
+            go_error = _read_error(path, err) if err.errno == errno.EISDIR else None
+            return _refused_store(path, problem, is_link, go_error)
+        return HealthStore(path, os.path.lexists(path), FORMAT_INVALID, False, _read_error(path, err), None, {})
+    return parse_store_bytes(path, data)

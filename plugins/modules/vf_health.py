@@ -116,7 +116,11 @@ notes:
     C(module_defaults) entry serves all modules. It ignores the options it does not read,
     O(dev_root) and the API options.
   - The store's temporary file is C(<store>.tmp), as for hypeman, and the lock file is C(<store>.lock).
-    A store or temporary file that is a symlink is refused; a O(data_dir) that is a symlink is fine.
+    A store, temporary or lock file that is a symlink or not a regular file, a store directory
+    (C(<data_dir>/gpu)) or O(state_dir) that is a symlink, and a ledger that is a symlink or not a regular
+    file are refused with an error naming the path, and nothing is written; a O(data_dir) that is a
+    symlink is fine. Missing directories are created 0755 (the store's, as hypeman does) and 0700
+    (O(state_dir)), whatever the umask; the ledger is created 0600.
 seealso:
   - module: hypeman.vgpu.vf_health_info
 """

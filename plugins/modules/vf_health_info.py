@@ -75,7 +75,11 @@ format:
   type: str
   sample: v1
 valid:
-  description: Whether hypeman loads the store. When false hypeman disables vGPU placement.
+  description:
+    - Whether hypeman loads the store. When false hypeman disables vGPU placement.
+    - Also false when this collection refuses the path itself (a symlink, dangling or not, a FIFO, socket,
+      device, directory, a file over 64 MiB, or a store directory that is a symlink). Nothing is read
+      through it and RV(error) says what it is.
   returned: always
   type: bool
   sample: true
@@ -95,7 +99,7 @@ write_error:
   type: str
   sample: null
 symlink:
-  description: Whether the store file is a symlink (this collection refuses to write through it).
+  description: Whether the store file is a symlink (this collection neither reads nor writes through it).
   returned: always
   type: bool
   sample: false

@@ -43,15 +43,18 @@ def test_make_entry_fields():
         _ledger.make_entry("clear", VF, trigger="whim")
 
 
-def test_append_creates_dir_and_file_with_modes_and_appends(tmp_path):
-    state_dir = str(tmp_path / "state")
-    old_umask = os.umask(0)
+@pytest.mark.parametrize("umask", [0, 0o022, 0o077])
+def test_append_creates_dir_and_file_with_modes_and_appends(tmp_path, umask):
+    state_dir = str(tmp_path / "var" / "lib" / "state")
+    old_umask = os.umask(umask)
     try:
         path = _ledger.append_entries(state_dir, [entry()])
     finally:
         os.umask(old_umask)
-    assert stat.S_IMODE(os.stat(state_dir).st_mode) == 0o750
-    assert stat.S_IMODE(os.stat(path).st_mode) == 0o640
+    # Missing parents too: never world-writable, whatever the umask.
+    for directory in (state_dir, os.path.dirname(state_dir), str(tmp_path / "var")):
+        assert stat.S_IMODE(os.stat(directory).st_mode) == 0o700, directory
+    assert stat.S_IMODE(os.stat(path).st_mode) == 0o600
     _ledger.append_entries(state_dir, [entry("clear", quarantined_at=None), entry(vf="0000:82:00.5")])
     with open(path) as handle:
         lines = handle.read().splitlines()
@@ -103,6 +106,39 @@ def test_symlinked_ledger_is_refused(tmp_path):
     with pytest.raises(VgpuError) as err:
         _ledger.append_entries(str(tmp_path), [entry()])
     assert "symlink" in err.value.msg and not target.exists()
+
+
+def test_symlinked_state_dir_is_refused_for_reading_and_appending(tmp_path):
+    real = tmp_path / "real"
+    real.mkdir()
+    (real / "ledger.jsonl").write_text(json.dumps(entry()) + "\n")
+    link = tmp_path / "state"
+    os.symlink(str(real), str(link))
+    for call in (lambda: _ledger.read_ledger(str(link)), lambda: _ledger.append_entries(str(link), [entry()])):
+        with pytest.raises(VgpuError) as err:
+            call()
+        assert "state directory %s: it is a symlink" % link in err.value.msg
+    assert len((real / "ledger.jsonl").read_text().splitlines()) == 1
+
+
+@pytest.mark.parametrize("kind", ["fifo", "dir", "symlink-to-device", "dangling-symlink"])
+def test_hostile_ledger_is_refused_without_blocking(tmp_path, kind):
+    path = tmp_path / "ledger.jsonl"
+    if kind == "fifo":
+        os.mkfifo(str(path))
+    elif kind == "dir":
+        path.mkdir()
+    elif kind == "symlink-to-device":
+        os.symlink("/dev/zero", str(path))
+    else:
+        os.symlink(str(tmp_path / "nowhere"), str(path))
+    with pytest.raises(VgpuError) as err:
+        _ledger.read_ledger(str(tmp_path))
+    assert str(path) in err.value.msg
+    with pytest.raises(VgpuError) as err:
+        _ledger.append_entries(str(tmp_path), [entry()])
+    assert str(path) in err.value.msg
+    assert not (tmp_path / "nowhere").exists()
 
 
 def test_append_fsyncs(tmp_path, monkeypatch):

@@ -140,13 +140,17 @@ def test_bad_input(info, capsys, args, message):
     assert result["failed"] and message in result["msg"]
 
 
-def test_symlinked_store_is_read_and_flagged(info, capsys, tmp_path):
+def test_symlinked_store_is_refused_and_nothing_of_its_target_shown(info, capsys, tmp_path):
     target = tmp_path / "elsewhere.json"
-    target.write_bytes(STORE)
+    target.write_bytes(b'{"version":1,"records":[{"vf_address":"0000:82:00.4","quarantined_at":"x"}]} secret')
     os.makedirs(os.path.dirname(info.path))
     os.symlink(str(target), info.path)
     result = info.run(capsys)
-    assert result["symlink"] is True and result["valid"] is True  # hypeman reads through it
+    assert result["symlink"] is True and result["valid"] is False and result["exists"] is True
+    assert result["error"] == ("read VF health state: %s is a symlink to \"%s\"; this collection reads and writes "
+                               "only the file itself, never through a symlink" % (info.path, target))
+    assert (result["records"], result["recoverable"], result["quarantined"]) == ([], [], [])
+    assert "secret" not in str(result) and "0000:82:00.4" not in str(result)
 
 
 def test_store_go_loads_but_cannot_marshal(info, capsys):
