@@ -52,23 +52,19 @@ FORMAT_INVALID = "invalid"
 FORMAT_MISSING = "missing"
 
 
-def normalize_vf_address(text):
+def normalize_vf_address(text, what="VF", example="0000:82:00.4"):
     """Canonical PCI function address ``dddd:bb:dd.f`` (lowercase, 4-digit domain).
 
     Accepts an optional or short domain and any letter case (``82:00.4``,
     ``0000:E3:00.5``). Raises :class:`VgpuError` naming the value and the
-    expected form for anything that is not a PCI function address.
+    expected form for anything that is not a PCI function address; ``what``
+    and ``example`` word it for the kind of device asked for (``GPU`` for a card).
     """
-    if not isinstance(text, str):
-        raise VgpuError(
-            "invalid VF address %r: expected a PCI function address like 0000:82:00.4 "
-            "(domain:bus:device.function, hex, function 0-7)" % (text,)
-        )
-    match = _INPUT_ADDRESS_RE.match(text.strip())
+    match = _INPUT_ADDRESS_RE.match(text.strip()) if isinstance(text, str) else None
     if not match:
         raise VgpuError(
-            "invalid VF address %r: expected a PCI function address like 0000:82:00.4 "
-            "(domain:bus:device.function, hex, function 0-7)" % (text,)
+            "invalid %s address %r: expected a PCI function address like %s "
+            "(domain:bus:device.function, hex, function 0-7)" % (what, text, example)
         )
     domain = (match.group("domain") or "0").lower().rjust(4, "0")
     return "%s:%s:%s.%s" % (domain, match.group("bus").lower(), match.group("dev").lower(), match.group("fn"))

@@ -111,6 +111,17 @@ options:
     description:
       - Job identifier for the ledger, for example AWX's C(awx_job_id) passed by a role.
     type: str
+  allow_absent:
+    description:
+      - With O(state=failed), O(state=succeeded) and O(state=quarantined), every VF must be on the host, that is a VF
+        hypeman's discovery sees under O(sysfs_root) (an entry of C(bus/pci/devices) with
+        C(nvidia/creatable_vgpu_types), or one in C(class/mdev_bus)). Otherwise the run fails and changes
+        nothing, so a mistyped address never becomes a record.
+      - V(true) records such VFs anyway, with a warning.
+      - VFs that only the ledger remembers for O(parent_gpu) (SR-IOV may be disabled) are always accepted, and
+        O(state=absent) and O(state=repaired) never check.
+    type: bool
+    default: false
 notes:
   - It accepts every host-path option of the C(group/hypeman.vgpu.host) action group, so one
     C(module_defaults) entry serves all modules. It ignores the options it does not read,
@@ -140,7 +151,7 @@ EXAMPLES = r"""
     instance_id: tz4a98xxat96iws9zmbrgj3a
     assigned_at: "2026-08-20T15:00:00.123456789Z"
 
-- name: Drain a whole card (hypeman stopped around the edit)
+- name: Drain a whole card (hypeman must be stopped around the edit; the gpu_drain role does that)
   hypeman.vgpu.vf_health:
     state: quarantined
     parent_gpu: "0000:82:00.0"
@@ -240,6 +251,14 @@ vf_addresses:
   type: list
   elements: str
   sample: ["0000:82:00.4"]
+absent_vfs:
+  description:
+    - VFs of RV(vf_addresses) that are not on the host, acted on because of O(allow_absent=true) (with a
+      warning). Empty otherwise; without O(allow_absent) such VFs fail the run.
+  returned: always
+  type: list
+  elements: str
+  sample: []
 store_path:
   description: Path of the store.
   returned: always
@@ -306,8 +325,17 @@ from ansible_collections.hypeman.vgpu.plugins.module_utils._hypeman import (
 from ansible_collections.hypeman.vgpu.plugins.module_utils import _gotime, _ledger, _store, _store_write, _sysfs
 
 
+# States that record something about a VF: the VF must exist (a typo would become a record).
+STATES_NEEDING_HOST_VFS = ("failed", "succeeded", "quarantined")
+
+
+def card_address(params):
+    return _store.normalize_vf_address(params["parent_gpu"], "GPU", "0000:82:00.0")
+
+
 def target_vfs(params, ledger):
-    """The normalised VFs to act on, in input order (card order for parent_gpu)."""
+    """``(vfs, ledger_only)``: the normalised VFs to act on, in input order (card
+    order for parent_gpu), and those only the ledger remembers for the card."""
     if params["vf_addresses"] is not None:
         seen, result = set(), []
         for text in params["vf_addresses"]:
@@ -315,18 +343,42 @@ def target_vfs(params, ledger):
             if address not in seen:
                 seen.add(address)
                 result.append(address)
-        return result
-    parent = _store.normalize_vf_address(params["parent_gpu"])
+        return result, set()
+    parent = card_address(params)
     info = _sysfs.read_parent(params["sysfs_root"], parent)
     vfs = [vf["address"] for vf in info["virtfns"]]
+    ledger_only = set()
     for address in ledger.vfs_for_parent(parent):
         if address not in vfs:
             vfs.append(address)
+            ledger_only.add(address)
     if not vfs:
         card_dir = os.path.join(_sysfs.pci_devices_dir(params["sysfs_root"]), parent)
         raise VgpuError("parent_gpu %s: no VFs found (no virtfn* links under %s and none recorded for it in "
                         "the ledger %s)" % (parent, card_dir, ledger.path))
-    return vfs
+    return vfs, ledger_only
+
+
+def vfs_not_on_host(sysfs_root, vfs):
+    """Per VF of ``vfs`` that hypeman's VF discovery does not see, why (``{}`` when all are there).
+
+    The same discovery as placement (``_sysfs.discover``): a VF is an entry of
+    ``bus/pci/devices`` with ``nvidia/creatable_vgpu_types`` (vendor-VFIO) or
+    one listed in ``class/mdev_bus`` (mdev); one hypeman would skip as
+    unreadable is still on the host.
+    """
+    found = _sysfs.discover(sysfs_root, read_creatable=False)
+    present = set(vf["address"] for vf in found.vfs) | set(vf["address"] for vf in found.unreadable)
+    devices = _sysfs.pci_devices_dir(sysfs_root)
+    missing = {}
+    for vf in vfs:
+        if vf in present:
+            continue
+        if os.path.lexists(os.path.join(devices, vf)):
+            missing[vf] = "%s exists but is not a VF of an NVIDIA vGPU card" % os.path.join(devices, vf)
+        else:
+            missing[vf] = "no such device under %s" % devices
+    return missing
 
 
 def make_backup(module, path):
@@ -354,11 +406,30 @@ class Run(object):
         self.threshold, self.threshold_source = resolve_threshold(self.params["threshold"],
                                                                   self.params["config_path"])
         self.ledger = _ledger.read_ledger(self.params["state_dir"])
-        self.vfs = [] if self.state == "repaired" else target_vfs(self.params, self.ledger)
+        self.vfs, ledger_only = [], set()
+        if self.state != "repaired":
+            self.vfs, ledger_only = target_vfs(self.params, self.ledger)
+        self.absent_vfs = {}
+        if self.state in STATES_NEEDING_HOST_VFS:
+            # VFs only the ledger remembers for parent_gpu were this card's (SR-IOV may be off now).
+            self.absent_vfs = vfs_not_on_host(self.params["sysfs_root"],
+                                              [vf for vf in self.vfs if vf not in ledger_only])
+            self.check_absent_vfs()
         self.parents = {}
         for vf in self.vfs:
-            self.parents[vf] = (_store.normalize_vf_address(self.params["parent_gpu"])
+            self.parents[vf] = (card_address(self.params)
                                 if self.params["parent_gpu"] else _sysfs.parent_of(self.params["sysfs_root"], vf))
+
+    def check_absent_vfs(self):
+        if not self.absent_vfs:
+            return
+        listing = "; ".join("%s (%s)" % (vf, why) for vf, why in sorted(self.absent_vfs.items()))
+        if not self.params["allow_absent"]:
+            raise VgpuError("state=%s refused: not a VF on this host: %s. A mistyped address would become a "
+                            "record in hypeman's store; set allow_absent=true to record VFs that are not "
+                            "present" % (self.state, listing), absent_vfs=sorted(self.absent_vfs))
+        self.module.warn("state=%s on VFs that are not on this host (allow_absent=true): %s"
+                         % (self.state, listing))
 
     # The mutation runs under the store lock; it must depend only on the store and the ledger.
     def mutate(self, store):
@@ -488,6 +559,7 @@ class Run(object):
             records=update.store.to_data() if update.store.valid else [],
             quarantined=update.store.quarantined() if update.store.valid else [],
             vf_addresses=self.vfs,
+            absent_vfs=sorted(self.absent_vfs),
             store_path=self.path,
             backup_file=update.backup_file,
             threshold=self.threshold,
@@ -527,7 +599,7 @@ def check_inputs(module):
         for text in params["vf_addresses"]:
             _store.normalize_vf_address(text)
     if has_parent:
-        _store.normalize_vf_address(params["parent_gpu"])
+        card_address(params)
 
 
 def body(module):
@@ -550,6 +622,7 @@ def main():
             backup=dict(type="bool", default=False),
             requested_by=dict(type="str"),
             job_id=dict(type="str"),
+            allow_absent=dict(type="bool", default=False),
         ),
         mutually_exclusive=[("vf_addresses", "parent_gpu")],
         required_if=[("state", "failed", ("instance_id", "assigned_at")),

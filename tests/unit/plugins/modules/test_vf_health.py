@@ -110,7 +110,15 @@ def write_config(host, text):
 @pytest.mark.parametrize("args, message", [
     (dict(state="quarantined", vf_addresses=["not-a-pci-address"]), "invalid VF address 'not-a-pci-address'"),
     (dict(state="quarantined", vf_addresses=["0000:82:00.4", "0000:82:00.9"]), "invalid VF address '0000:82:00.9'"),
-    (dict(state="quarantined", parent_gpu="82:00"), "invalid VF address '82:00'"),
+    (dict(state="quarantined", parent_gpu="82:00"), "invalid GPU address '82:00': expected a PCI function "
+                                                    "address like 0000:82:00.0"),
+    (dict(state="quarantined", vf_addresses=["0000:82:00.3"]),
+     "state=quarantined refused: not a VF on this host: 0000:82:00.3 (no such device under "),
+    (dict(state="failed", vf_addresses=["0000:82:00.4", "0000:82:00.0"], instance_id="i", assigned_at="a"),
+     "not a VF on this host: 0000:82:00.0 (%(sysfs)s/bus/pci/devices/0000:82:00.0 exists but is not a VF of an "
+     "NVIDIA vGPU card)"),
+    (dict(state="succeeded", vf_addresses=["0000:e3:00.4"], instance_id="i", assigned_at="a"),
+     "not a VF on this host: 0000:e3:00.4"),
     (dict(state="quarantined", vf_addresses=[]), "vf_addresses is empty"),
     (dict(state="failed", vf_addresses=["0000:82:00.4"], instance_id="i", assigned_at="a", threshold=0),
      "threshold is 0; expected a whole number >= 1"),
@@ -127,8 +135,49 @@ def write_config(host, text):
 def test_bad_input_fails_and_changes_nothing(host, capsys, args, message):
     host.put(b'{"version":1,"records":[]}')
     before = host.snapshot()
-    result = host.run(capsys, **args)
-    assert result["failed"] and message in result["msg"], result["msg"]
+    for check_mode in (True, False):
+        result = host.run(capsys, check_mode=check_mode, **args)
+        assert result["failed"] and message % {"sysfs": host.tree.sysfs_root} in result["msg"], result["msg"]
+        assert "invalid VF address" not in result["msg"] or "parent_gpu" not in args
+    assert host.snapshot() == before
+
+
+def test_allow_absent_records_a_vf_not_on_the_host_with_a_warning(host, capsys):
+    ghost = "0000:e3:00.4"
+    result = host.run(capsys, state="quarantined", vf_addresses=[ghost, host.vfs[0]], allow_absent=True,
+                      reason="card out for repair")
+    assert result["changed"] and result["absent_vfs"] == [ghost]
+    assert host.store().quarantined() == sorted([ghost, host.vfs[0]])
+    assert "not on this host (allow_absent=true): 0000:e3:00.4 (no such device under" in warnings_of(result)
+    result = host.run(capsys, state="quarantined", vf_addresses=[host.vfs[0]])
+    assert (result["changed"], result["absent_vfs"], result["warning_texts"]) == (False, [], [])
+
+
+def test_absent_and_ledger_only_vfs_need_no_host_vf(host, capsys):
+    ghost = "0000:e3:00.4"
+    host.run(capsys, state="quarantined", vf_addresses=[ghost], allow_absent=True)
+    # Removing a record never needs the VF on the host.
+    assert host.run(capsys, state="absent", vf_addresses=[ghost])["outcomes"] == {ghost: "cleared"}
+    # A card whose SR-IOV is off: its VFs are known from the ledger only, and a drain still covers them.
+    host.run(capsys, state="quarantined", parent_gpu=CARD)
+    host.run(capsys, state="absent", parent_gpu=CARD)
+    host.tree.remove_vfs(CARD)
+    result = host.run(capsys, state="quarantined", parent_gpu=CARD)
+    assert result["changed"] and result["absent_vfs"] == [] and host.store().quarantined() == sorted(host.vfs)
+
+
+def test_parent_gpu_of_another_vendor_is_refused(host, capsys):
+    other = "0000:3b:00.0"
+    host.tree.add_device(other, vendor="0x8086", pci_class="0x020000", driver="ice", sriov_totalvfs=4)
+    vf = "0000:3b:00.4"
+    os.makedirs(os.path.join(host.tree.sysfs_root, "devices", "pci0000:00", vf))
+    os.symlink(os.path.join(host.tree.sysfs_root, "devices", "pci0000:00", vf),
+               os.path.join(host.tree.sysfs_root, "bus", "pci", "devices", vf))
+    os.symlink("../" + vf, os.path.join(host.tree.sysfs_root, "bus", "pci", "devices", other, "virtfn0"))
+    before = host.snapshot()
+    result = host.run(capsys, state="quarantined", parent_gpu=other)
+    assert result["failed"] and "0000:3b:00.4 (%s/bus/pci/devices/0000:3b:00.4 exists but is not a VF of an " \
+        "NVIDIA vGPU card)" % host.tree.sysfs_root in result["msg"]
     assert host.snapshot() == before
 
 
