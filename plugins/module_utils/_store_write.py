@@ -295,9 +295,11 @@ def write_store_bytes(path, data, owner=None, dirs=None):
     try:
         os.fsync(dirs.gpu_fd)
     except OSError as err:
-        raise VgpuError("VF health store %s was replaced, but syncing its directory failed: %s; the new "
-                        "content is visible but may not survive a power loss" % (path, err.strerror or err),
-                        errno=err.errno)
+        error = VgpuError("VF health store %s was replaced, but syncing its directory failed: %s; the new "
+                          "content is visible but may not survive a power loss" % (path, err.strerror or err),
+                          errno=err.errno, changed=True)
+        error.renamed = True
+        raise error
 
 
 def _remove_quietly(dirs, name):
@@ -388,7 +390,7 @@ def _check_planted(path):
 
 
 def update_store(path, mutate, check_mode=False, allow_invalid=False, backup=None, after_write=None,
-                 lock_timeout=60.0, before_write=None, under_lock=None, force_lock=False):
+                 lock_timeout=60.0, before_write=None, under_lock=None, force_lock=False, write_failed=None):
     """Locked read-modify-write of the store at ``path``.
 
     Under an exclusive flock on ``<path>.lock``: call ``under_lock()`` if
@@ -400,7 +402,9 @@ def update_store(path, mutate, check_mode=False, allow_invalid=False, backup=Non
     (returns the backup path), then ``before_write(result)`` (the ledger's
     write-ahead intent), write durably with :func:`write_store_bytes`, then
     call ``after_write(result)`` still under the lock (the ledger append, so
-    that ownership decisions made under the lock see it). ``mutate`` may run
+    that ownership decisions made under the lock see it; also when the
+    write failed after its rename, the change being visible) or, when the
+    write failed before it, ``write_failed(result)``. ``mutate`` may run
     twice (unlocked, then under the lock), so it must depend on the store
     (and other locked state) only.
 
@@ -435,7 +439,15 @@ def update_store(path, mutate, check_mode=False, allow_invalid=False, backup=Non
                     outcome = outcome._replace(backup_file=backup_file)
             if before_write is not None:
                 before_write(outcome)
-            write_store_bytes(path, after, owner, dirs)
+            try:
+                write_store_bytes(path, after, owner, dirs)
+            except VgpuError as err:
+                if getattr(err, "renamed", False):
+                    if after_write is not None:
+                        after_write(outcome)
+                elif write_failed is not None:
+                    write_failed(outcome)
+                raise
             if after_write is not None:
                 after_write(outcome)
         return outcome

@@ -25,7 +25,9 @@ description:
     Every write takes an exclusive lock beside the store and replaces the file atomically and durably
     with hypeman's procedure. An invalid store is never changed except by O(state=repaired).
   - Quarantines and clears are appended to this collection's ledger in O(state_dir), which is how
-    O(owned_only) knows which quarantines this collection made.
+    O(owned_only) knows which quarantines this collection made. Before it replaces the store a run logs a
+    write-ahead intent, so a run killed at any instant loses no ownership; the next run settles it
+    (RV(settled)).
   - hypeman keeps the store in memory and overwrites the file on its next report. Edit with hypeman
     stopped, or restart it right after the edit; the module warns when a hypeman process is running.
 extends_documentation_fragment:
@@ -300,6 +302,17 @@ ledger_entries:
   type: list
   elements: dict
   sample: []
+settled:
+  description:
+    - Write-ahead intents that runs killed before they finished left in the ledger, settled by this run before
+      its own change (in check mode, how they would be settled), as C({run_id, line, time, entries, found,
+      outcome}). V(commit) when the store shows the killed run's change (its missing ledger entries were
+      appended, so ownership is kept), V(abort) when it does not.
+    - Settling writes only the ledger; it does not make the run V(changed).
+  returned: always
+  type: list
+  elements: dict
+  sample: []
 hypeman_running:
   description: Whether a C(hypeman-api)/C(hypeman) process is running (null when it could not be told).
   returned: always
@@ -313,6 +326,7 @@ hypeman_processes:
   sample: []
 """
 
+import hashlib
 import os
 import time
 
@@ -433,14 +447,14 @@ class Run(object):
 
     # The mutation runs under the store lock; it must depend only on the store and the ledger.
     def mutate(self, store):
-        ledger = _ledger.read_ledger(self.params["state_dir"])
         if self.state == "repaired":
             return self._repair(store)
+        # Ownership as the ledger says, intents of killed runs decided against this store.
+        latest = _ledger.read_ledger(self.params["state_dir"]).latest_by_vf(store)
         # hypeman's load re-evaluation comes first and is persisted with the run
         # (idempotent: the next run finds nothing left to quarantine).
         reevaluated = store.reevaluate(self.threshold, self.now)
         outcomes, cleared, skipped, previous = {}, {}, {}, {}
-        latest = ledger.latest_by_vf()
         for vf in self.vfs:
             previous[vf] = store.records.get(vf)
             if self.state == "failed":
@@ -532,23 +546,61 @@ class Run(object):
     def run(self):
         params = self.params
         check_mode = self.module.check_mode
+        state_dir = params["state_dir"]
         self.run_id = _ledger.new_run_id()
-        written = []
+        written, planned, settled = [], [], []
+
+        def under_lock():
+            # Intents of killed runs are settled first, against the store as it is now.
+            ledger = _ledger.read_ledger(state_dir)
+            if ledger.pending():
+                settled.extend(_ledger.settle(ledger, state_dir, _store.load_store(self.path), self.run_id,
+                                              now=self.now))
+
+        def before_write(update):
+            # Write-ahead: what this run will log, durable before the store changes (see _ledger).
+            planned.extend(self.ledger_entries(update))
+            if not planned:
+                return
+            records = update.store.records
+            expect = dict((entry["vf_address"], records[entry["vf_address"]].quarantined_at
+                           if entry["vf_address"] in records else None)
+                          for entry in planned if entry["vf_address"])
+            intent = _ledger.make_intent(self.run_id, planned, _ledger.store_digest(update.store),
+                                         hashlib.sha256(update.after).hexdigest(), expect, self.now)
+            try:
+                _ledger.append_entries(state_dir, [intent])
+            except VgpuError as err:
+                raise VgpuError("nothing was changed: the ledger's write-ahead intent could not be written: %s"
+                                % err.msg)
 
         def after_write(update):
-            entries = self.ledger_entries(update)
             try:
-                _ledger.append_entries(params["state_dir"], entries)
+                _ledger.append_entries(state_dir, planned)
             except VgpuError as err:
-                raise VgpuError("the VF health store %s was changed, but the ledger append failed: %s"
+                raise VgpuError("the VF health store %s was changed, but the ledger append failed: %s; its "
+                                "write-ahead intent is in the ledger, so the next vf_health run records it"
                                 % (self.path, err.msg), changed=True)
-            written.extend(entries)
+            written.extend(planned)
+
+        def write_failed(update):
+            if planned:
+                try:  # the store is unchanged; else the next run finds that out and aborts the intent
+                    _ledger.append_entries(state_dir, [{
+                        "time": _gotime.format_rfc3339nano(self.now), "action": _ledger.ABORT,
+                        "run_id": self.run_id, "reason": "the store write failed"}])
+                except VgpuError:
+                    pass
 
         update = _store_write.update_store(
             self.path, self.mutate, check_mode=check_mode, allow_invalid=(self.state == "repaired"),
             backup=(lambda path: make_backup(self.module, path))
             if (params["backup"] or self.state == "repaired") else None,
-            after_write=after_write)
+            before_write=before_write, after_write=after_write, write_failed=write_failed,
+            under_lock=under_lock, force_lock=bool(self.ledger.pending()))
+        if check_mode and self.ledger.pending():
+            settled = _ledger.settle(self.ledger, state_dir, _store.load_store(self.path), self.run_id,
+                                     check_mode=True)
         result = update.result
         processes = warn_if_store_edited_while_running(self.module, params["proc_root"], update.changed)
         output = dict(
@@ -568,6 +620,7 @@ class Run(object):
             previous_error=update.loaded_error,
             ledger_path=_ledger.ledger_path(params["state_dir"]),
             ledger_entries=written,
+            settled=settled,
             hypeman_running=None if processes is None else bool(processes),
             hypeman_processes=processes or [],
         )

@@ -185,7 +185,16 @@ ledger:
       description: Lines that are not valid entries, as C({line, error}); they are skipped.
       type: list
       elements: dict
-  sample: {"path": "/var/lib/hypeman-vgpu/ledger.jsonl", "exists": false, "total": 0, "entries": [], "problems": []}
+    pending:
+      description:
+        - Write-ahead intents of M(hypeman.vgpu.vf_health) runs killed before they finished, not yet settled, as
+          C({run_id, line, time, entries, found, outcome}). C(outcome) is what the next
+          M(hypeman.vgpu.vf_health) run will do with it (V(commit) when the store shows the change, else V(abort));
+          RV(owned) already counts it that way.
+      type: list
+      elements: dict
+  sample: {"path": "/var/lib/hypeman-vgpu/ledger.jsonl", "exists": false, "total": 0, "entries": [], "problems": [],
+           "pending": []}
 """
 
 from ansible.module_utils.basic import AnsibleModule
@@ -223,7 +232,8 @@ def body(module):
         owned=_ledger.owned_quarantines(ledger, store),
         recoverable=recoverable,
         ledger=dict(path=ledger.path, exists=ledger.exists, total=len(ledger.entries),
-                    entries=ledger.recent(params["ledger_entries"]), problems=ledger.problems),
+                    entries=ledger.recent(params["ledger_entries"]), problems=ledger.problems,
+                    pending=[intent.summary(intent.decide(store)) for intent in ledger.pending()]),
     )
 
 

@@ -572,18 +572,138 @@ def test_symlinked_store_is_refused_by_the_module(host, capsys, tmp_path):
     assert target.read_bytes() == b'{"version":1,"records":[]}'
 
 
-def test_ledger_append_failure_is_reported_with_changed(host, capsys, monkeypatch):
+def test_ledger_append_failure_after_the_write_is_reported_and_settled_next_run(host, capsys, monkeypatch):
+    real = _ledger.append_entries
+    calls = []
+
+    def second_fails(state_dir, entries):
+        calls.append([e["action"] for e in entries])
+        if len(calls) == 2:
+            raise VgpuError("cannot append to ledger x: disk full")
+        return real(state_dir, entries)
+
+    monkeypatch.setattr(_ledger, "append_entries", second_fails)
+    result = host.run(capsys, state="quarantined", vf_addresses=[host.vfs[0]])
+    monkeypatch.undo()
+    assert calls == [["intent"], ["quarantine"]]
+    assert result["failed"] and result["changed"] is True
+    assert "was changed, but the ledger append failed" in result["msg"] and "next vf_health run" in result["msg"]
+    assert host.store().quarantined() == [host.vfs[0]]
+    # The write-ahead intent already decides ownership; the next run writes the missing entry.
+    assert _ledger.owned_quarantines(host.ledger(), host.store()) == [host.vfs[0]]
+    again = host.run(capsys, state="quarantined", vf_addresses=[host.vfs[0]])
+    assert again["changed"] is False and [s["outcome"] for s in again["settled"]] == ["commit"]
+    ledger = host.ledger()
+    assert ledger.pending() == [] and len(ledger.entries) == 1
+    entry = ledger.entries[0]
+    assert entry["run_id"] == again["settled"][0]["run_id"] and entry["settled_by"] not in (None, entry["run_id"])
+    assert host.run(capsys, state="absent", vf_addresses=[host.vfs[0]])["outcomes"] == {host.vfs[0]: "cleared"}
+
+
+def test_intent_append_failure_changes_nothing(host, capsys, monkeypatch):
     def broken(state_dir, entries):
         raise VgpuError("cannot append to ledger x: disk full")
 
     monkeypatch.setattr(_ledger, "append_entries", broken)
+    before = host.snapshot()
     result = host.run(capsys, state="quarantined", vf_addresses=[host.vfs[0]])
-    assert result["failed"] and result["changed"] is True
-    assert "was changed, but the ledger append failed" in result["msg"]
-    assert host.store().quarantined() == [host.vfs[0]]
+    assert result["failed"] and not result.get("changed")
+    assert "nothing was changed: the ledger's write-ahead intent could not be written" in result["msg"]
+    after = host.snapshot()
+    # Only what taking the store lock needs was created: no store, no temporary file, no ledger.
+    assert set(after) - set(before) <= {host.tree.data_dir, os.path.dirname(host.path), host.path + ".lock"}
+    assert dict((k, v) for k, v in after.items() if k in before) == before and host.raw() is None
 
 
 def test_requested_by_defaults_to_the_host_user(host, capsys, monkeypatch):
     monkeypatch.setenv("SUDO_USER", "carol")
     host.run(capsys, state="quarantined", vf_addresses=[host.vfs[0]])
     assert host.ledger().entries[0]["user"] == "carol"
+
+
+# --- crash consistency: a run killed at any instant loses no ownership -------------------------
+
+class Killed(BaseException):
+    """Stands in for SIGKILL: no except clause of the module catches it (finally blocks still run)."""
+
+
+def killed_run(host, capsys, monkeypatch, where, **args):
+    """Run vf_health, "killed" at ``where``: ``before-rename`` or ``after-rename`` (before the entries)."""
+    if where == "before-rename":
+        real = os.rename
+
+        def rename(*a, **kw):
+            raise Killed()
+        monkeypatch.setattr(os, "rename", rename)
+    else:
+        real = _ledger.append_entries
+        calls = []
+
+        def append(state_dir, entries):
+            calls.append(entries)
+            if len(calls) == 2:
+                raise Killed()
+            return real(state_dir, entries)
+        monkeypatch.setattr(_ledger, "append_entries", append)
+    with pytest.raises(Killed):
+        host.run(capsys, **args)
+    monkeypatch.undo()
+    capsys.readouterr()
+
+
+@pytest.mark.parametrize("where", ["before-rename", "after-rename"])
+def test_killed_drain_keeps_exact_ownership(host, capsys, monkeypatch, where):
+    vf = host.vfs[0]
+    killed_run(host, capsys, monkeypatch, where, state="quarantined", vf_addresses=[vf], reason="drain")
+    ledger = host.ledger()
+    assert len(ledger.pending()) == 1 and ledger.entries == []
+    written = where == "after-rename"
+    assert host.store().quarantined() == ([vf] if written else [])
+    assert os.path.exists(host.path + ".tmp") is (not written)  # a killed writer's leftover
+    # Before anything is settled on disk, readers already decide the intent against the store.
+    assert _ledger.owned_quarantines(host.ledger(), host.store()) == ([vf] if written else [])
+    # Re-running the task settles the intent first, then does (or finds done) the drain.
+    result = host.run(capsys, state="quarantined", vf_addresses=[vf], reason="drain")
+    assert [s["outcome"] for s in result["settled"]] == ["commit" if written else "abort"]
+    assert result["changed"] is (not written) and host.store().quarantined() == [vf]
+    assert not os.path.exists(host.path + ".tmp")
+    ledger = host.ledger()
+    assert ledger.pending() == [] and _ledger.owned_quarantines(ledger, host.store()) == [vf]
+    assert [(e["action"], e["trigger"]) for e in ledger.entries] == [("quarantine", "manual")]
+    assert ledger.entries[0]["quarantined_at"] == host.store().to_data()[0]["quarantined_at"]
+    again = host.run(capsys, state="quarantined", vf_addresses=[vf], reason="drain")
+    assert (again["changed"], again["settled"]) == (False, [])
+    # owned_only treats the drain as ours.
+    assert host.run(capsys, state="absent", vf_addresses=[vf])["outcomes"] == {vf: "cleared"}
+
+
+@pytest.mark.parametrize("where", ["before-rename", "after-rename"])
+def test_killed_undrain_keeps_exact_ownership(host, capsys, monkeypatch, where):
+    vf = host.vfs[0]
+    host.run(capsys, state="quarantined", vf_addresses=[vf], reason="drain")
+    killed_run(host, capsys, monkeypatch, where, state="absent", vf_addresses=[vf])
+    written = where == "after-rename"
+    assert host.store().quarantined() == ([] if written else [vf])
+    assert _ledger.owned_quarantines(host.ledger(), host.store()) == ([] if written else [vf])
+    check = host.run(capsys, check_mode=True, state="absent", vf_addresses=[vf])
+    assert [s["outcome"] for s in check["settled"]] == ["commit" if written else "abort"]
+    assert len(host.ledger().pending()) == 1  # check mode settles nothing on disk
+    result = host.run(capsys, state="absent", vf_addresses=[vf])
+    assert result["outcomes"] == {vf: "unchanged" if written else "cleared"}
+    assert host.store().records == {} and host.ledger().pending() == []
+    assert [e["action"] for e in host.ledger().entries] == ["quarantine", "clear"]
+
+
+def test_write_failure_before_rename_aborts_its_own_intent(host, capsys, monkeypatch):
+    vf = host.vfs[0]
+    real = os.rename
+
+    def failing(*a, **kw):
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    monkeypatch.setattr(os, "rename", failing)
+    result = host.run(capsys, state="quarantined", vf_addresses=[vf])
+    monkeypatch.setattr(os, "rename", real)
+    assert result["failed"] and "previous file is unchanged" in result["msg"]
+    ledger = host.ledger()
+    assert ledger.pending() == [] and [i.status for i in ledger.intents] == ["aborted"] and ledger.entries == []

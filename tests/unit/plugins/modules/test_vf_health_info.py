@@ -5,6 +5,7 @@
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 
 import pytest
@@ -64,7 +65,7 @@ def test_missing_store(info, capsys):
         "quarantined": [], "failure_counts": {}, "would_quarantine": [], "owned": [], "recoverable": [],
         "threshold": 2, "threshold_source": "default", "symlink": False}
     assert result["ledger"] == {"path": os.path.join(info.state_dir, "ledger.jsonl"), "exists": False, "total": 0,
-                                "entries": [], "problems": []}
+                                "entries": [], "problems": [], "pending": []}
     assert not os.path.exists(info.data_dir) and not os.path.exists(info.state_dir)
 
 
@@ -166,3 +167,20 @@ def test_store_go_loads_but_cannot_marshal(info, capsys):
     assert result["would_quarantine"] == ["0000:e3:00.5"] and result["quarantined"] == ["0000:e3:00.4"]
     info.put(STORE)
     assert info.run(capsys)["write_error"] is None
+
+
+def test_pending_intent_of_a_killed_run_is_shown_and_counted(info, capsys):
+    info.put(STORE)
+    entry = _ledger.make_entry("quarantine", "0000:e3:00.4", parse_rfc3339("2026-08-21T00:00:00Z"), "drain",
+                               run_id="killed")
+    intent = _ledger.make_intent("killed", [entry], "missing", "0" * 64,
+                                 {"0000:e3:00.4": parse_rfc3339("2026-08-21T00:00:00Z")})
+    os.makedirs(info.state_dir)
+    with open(os.path.join(info.state_dir, "ledger.jsonl"), "w") as handle:
+        handle.write(json.dumps(intent) + "\n")
+    before = info.digest()
+    result = info.run(capsys)
+    assert result["owned"] == ["0000:e3:00.4"] and result["ledger"]["total"] == 0
+    assert [(p["run_id"], p["outcome"], p["entries"]) for p in result["ledger"]["pending"]] == [
+        ("killed", "commit", 1)]
+    assert info.digest() == before  # settling is vf_health's job
