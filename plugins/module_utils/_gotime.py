@@ -348,19 +348,22 @@ def _fields(value):
     return year, month, day, hour, minute, second
 
 
-def format_rfc3339nano(value):
+def format_rfc3339nano(value, strict=True):
     """Go's ``t.Format(time.RFC3339Nano)`` as used by ``MarshalJSON``.
 
     Fraction digits with trailing zeros trimmed (none when zero), ``Z`` when
     the offset is 0, else ``±hh:mm``. Raises ``ValueError`` where Go's
     ``MarshalJSON`` fails (year outside 0..9999, offset hour >= 24).
+    ``strict=False`` is plain ``t.Format``, which never fails: how a time Go
+    loads but cannot marshal (``+24:00``) reads, for reports.
     """
     if value._text is not None:
         return value._text
     year, month, day, hour, minute, second = _fields(value)
-    if not 0 <= year <= 9999:
+    if strict and not 0 <= year <= 9999:
         raise ValueError("Time.MarshalJSON: year outside of range [0,9999]")
-    parts = ["%04d-%02d-%02dT%02d:%02d:%02d" % (year, month, day, hour, minute, second)]
+    year_text = "-%04d" % -year if year < 0 else "%04d" % year
+    parts = ["%s-%02d-%02dT%02d:%02d:%02d" % (year_text, month, day, hour, minute, second)]
     if value.nsec:
         parts.append(("." + "%09d" % value.nsec).rstrip("0"))
     if value.offset == 0:
@@ -370,7 +373,7 @@ def format_rfc3339nano(value):
         sign = "+"
         if zone < 0:
             sign, zone = "-", -zone
-        if zone // 60 >= 24:
+        if strict and zone // 60 >= 24:
             raise ValueError("Time.MarshalJSON: timezone hour outside of range [0,23]")
         parts.append("%s%02d:%02d" % (sign, zone // 60, zone % 60))
     return "".join(parts)

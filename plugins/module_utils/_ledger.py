@@ -4,39 +4,59 @@
 """This collection's append-only ledger of quarantines and clears (stdlib only).
 
 ``<state_dir>/ledger.jsonl``: one JSON object per line, appended with
-``O_APPEND`` and fsynced, never rewritten. It lives beside our other state,
-never inside hypeman's store (hypeman drops unknown keys on its next write).
+``O_APPEND`` and fsynced, never rewritten (only a torn last line left by a
+crash is cut off by the next append). It lives beside our other state, never
+inside hypeman's store (hypeman drops unknown keys on its next write).
 
 Entry keys: ``time`` (UTC RFC 3339, nanoseconds), ``action`` (``quarantine``,
 ``clear``, ``repair``), ``trigger`` (``manual``, ``failure_threshold``,
 ``reevaluation``, ``success``, ``repair``), ``vf_address``, ``parent_gpu``,
 ``quarantined_at`` (the exact value written to the store, or null),
-``reason``, ``user``, ``job_id``, ``run_id``.
+``reason``, ``user``, ``job_id``, ``run_id``; ``settled_by`` (the run that
+recorded it for a killed run, see below).
+
+Write-ahead intents make ownership survive ``kill -9`` at any instant: before
+it replaces the store a run appends (and fsyncs) one ``intent`` line holding
+its ``run_id``, the entries it is about to append, the SHA-256 of the store
+before and after, and each named VF's ``quarantined_at`` after; once the
+store is replaced it appends the entries themselves. An intent is settled
+when all its entries follow it, or an ``abort`` line names its run. The next
+run that writes settles any other intent under the store lock: when the store
+shows the change it appends the missing entries (committing them, ownership
+included), otherwise an ``abort`` line. Readers that cannot write decide a
+pending intent the same way against the store they read.
 
 Ownership: a VF's quarantine is *owned* when the ledger's latest entry for
 that VF is our manual quarantine (``action: quarantine``, ``trigger:
 manual``) and the store's ``quarantined_at`` is still the instant we wrote.
 Quarantines that follow failure reports are logged too but never owned:
 they are evidence of a wedged VF, not a drain.
+
+Ledgers without intents (written before intents existed) read as before.
 """
 
 from __future__ import annotations
 
 import errno
 import fcntl
+import hashlib
 import json
 import os
 import pwd
+import stat
 import uuid
 
 from ansible_collections.hypeman.vgpu.plugins.module_utils._errors import VgpuError
-from ansible_collections.hypeman.vgpu.plugins.module_utils import _gotime
+from ansible_collections.hypeman.vgpu.plugins.module_utils._fileio import HostFileError, file_kind, read_bytes
+from ansible_collections.hypeman.vgpu.plugins.module_utils import _gotime, _safedir
 
 LEDGER_NAME = "ledger.jsonl"
-STATE_DIR_MODE = 0o750
-LEDGER_MODE = 0o640
+STATE_DIR_MODE = 0o700  # missing state dirs (and missing parents) get exactly this, whatever the umask
+LEDGER_MODE = 0o600
 
 ACTIONS = ("quarantine", "clear", "repair")
+INTENT = "intent"
+ABORT = "abort"
 TRIGGERS = ("manual", "failure_threshold", "reevaluation", "success", "repair")
 
 
@@ -82,37 +102,52 @@ def make_entry(action, vf_address, quarantined_at=None, reason=None, user=None, 
     }
 
 
+def _state_dir_error(state_dir, err):
+    if isinstance(err, HostFileError) and err.errno == errno.ELOOP:
+        return VgpuError("refusing to use state directory %s: it is a symlink (this collection keeps its "
+                         "ledger only in a real directory; point state_dir at it)" % state_dir, symlink=state_dir)
+    return VgpuError("cannot create state directory %s: %s" % (err.filename or state_dir, err.strerror or err))
+
+
+def open_state_dir(state_dir):
+    """fd of ``state_dir``, created (with any missing parent) with exactly 0700; never a symlink."""
+    try:
+        return _safedir.open_dir(state_dir, STATE_DIR_MODE, follow_last=False)
+    except OSError as err:
+        raise _state_dir_error(state_dir, err)
+
+
 def append_entries(state_dir, entries):
-    """Append ``entries`` durably (one line each). Creates ``state_dir`` (0750)
-    and the ledger (0640) when missing; never follows a symlinked ledger.
-    Returns the ledger path."""
+    """Append ``entries`` durably (one line each). Creates ``state_dir`` (0700)
+    and the ledger (0600) when missing; never follows a symlinked state dir
+    or ledger, and appends only to a regular file. Returns the ledger path."""
     path = ledger_path(state_dir)
     if not entries:
         return path
+    dir_fd = open_state_dir(state_dir)
     try:
-        if not os.path.isdir(state_dir):
-            os.makedirs(state_dir, mode=STATE_DIR_MODE, exist_ok=True)
-            os.chmod(state_dir, STATE_DIR_MODE)
-    except (IOError, OSError) as err:
-        raise VgpuError("cannot create state directory %s: %s" % (state_dir, err.strerror or err))
-    flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
-    created = not os.path.lexists(path)
+        _append(dir_fd, path, entries)
+    finally:
+        os.close(dir_fd)
+    return path
+
+
+def _append(dir_fd, path, entries):
+    flags = os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0)
     try:
-        fd = os.open(path, flags, LEDGER_MODE)
-    except (IOError, OSError) as err:
+        fd = os.open(LEDGER_NAME, flags, LEDGER_MODE, dir_fd=dir_fd)
+    except OSError as err:
         if err.errno == errno.ELOOP:
             raise VgpuError("refusing to append to ledger %s: it is a symlink" % path, symlink=path)
         raise VgpuError("cannot open ledger %s: %s" % (path, err.strerror or err))
     try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            raise VgpuError("refusing to append to ledger %s: it is %s, not a regular file"
+                            % (path, file_kind(info.st_mode)), symlink=path)
+        created = info.st_size == 0
         fcntl.flock(fd, fcntl.LOCK_EX)
-        prefix = b""
-        size = os.fstat(fd).st_size
-        if size:
-            # A torn last line (crash mid-append) must not swallow our first entry.
-            with open(path, "rb") as reader:
-                reader.seek(size - 1)
-                if reader.read(1) != b"\n":
-                    prefix = b"\n"
+        prefix = _repair_tail(fd)
         for index, entry in enumerate(entries):
             line = json.dumps(entry, sort_keys=True, ensure_ascii=True).encode("ascii") + b"\n"
             if index == 0:
@@ -121,77 +156,254 @@ def append_entries(state_dir, entries):
             while view:
                 view = view[os.write(fd, view):]
         os.fsync(fd)
-    except (IOError, OSError) as err:
+        if created:
+            os.fsync(dir_fd)  # a new ledger's directory entry must survive a crash too
+    except OSError as err:
         raise VgpuError("cannot append to ledger %s: %s" % (path, err.strerror or err))
     finally:
         os.close(fd)
-    if created:
-        try:
-            dir_fd = os.open(state_dir, os.O_RDONLY)
-            try:
-                os.fsync(dir_fd)
-            finally:
-                os.close(dir_fd)
-        except (IOError, OSError):
-            pass  # the entries themselves are synced; a lost dir entry is only a new, empty ledger
-    return path
+
+
+def _repair_tail(fd):
+    """Under the ledger's flock: cut off a torn last line (a crash mid-append
+    left part of a line, not JSON). Returns the bytes to write first: a
+    newline when the last line is whole but unterminated."""
+    size = os.fstat(fd).st_size
+    if not size or os.pread(fd, 1, size - 1) == b"\n":
+        return b""
+    start, end = 0, size
+    while end > 0:
+        begin = max(0, end - 65536)
+        newline = os.pread(fd, end - begin, begin).rfind(b"\n")
+        if newline >= 0:
+            start = begin + newline + 1
+            break
+        end = begin
+    try:
+        json.loads(os.pread(fd, size - start, start).decode("utf-8"))
+        return b"\n"
+    except (ValueError, UnicodeDecodeError, RecursionError):
+        os.ftruncate(fd, start)
+        return b""
+
+
+def store_digest(store):
+    """What an intent records of a store's content: SHA-256 hex of its bytes, ``missing``, or None (unread)."""
+    if not store.exists:
+        return "missing"
+    if store.raw is None:
+        return None
+    return hashlib.sha256(store.raw).hexdigest()
+
+
+def make_intent(run_id, entries, before, after, expect, now=None):
+    """The write-ahead line of a run about to replace the store.
+
+    ``before``/``after``: :func:`store_digest` values; ``expect``: VF ->
+    its ``quarantined_at`` (GoTime or None) in the store the run writes.
+    """
+    return {
+        "time": _gotime.format_rfc3339nano(now or _gotime.utc_now()),
+        "action": INTENT,
+        "run_id": run_id,
+        "before_sha256": before,
+        "after_sha256": after,
+        "expect": dict((vf, None if moment is None else _gotime.format_rfc3339nano(moment))
+                       for vf, moment in expect.items()),
+        "entries": list(entries),
+    }
+
+
+class Intent(object):
+    """An ``intent`` line and how far it got: ``found`` of its entries follow it, or an abort line."""
+
+    def __init__(self, line, data):
+        self.line = line
+        self.data = data
+        self.run_id = data["run_id"]
+        self.entries = data["entries"]
+        self.found = 0
+        self.aborted = False
+
+    @property
+    def status(self):
+        if self.found >= len(self.entries):
+            return "committed"
+        return "aborted" if self.aborted else "pending"
+
+    def decide(self, store):
+        """``commit`` when ``store`` shows this run's change, else ``abort`` (for a pending intent).
+
+        Some entries already follow the intent: the store was replaced (they
+        are appended only after the rename). Otherwise the store's bytes are
+        the ones the run wrote (commit) or read (abort); when someone changed
+        the store since, commit only if every VF it names still has the
+        ``quarantined_at`` the run wrote (its nanosecond times are unique).
+        """
+        if self.found:
+            return "commit"
+        digest = store_digest(store)
+        if digest is not None and digest == self.data.get("after_sha256"):
+            return "commit"
+        if digest is not None and digest == self.data.get("before_sha256"):
+            return "abort"
+        for vf, expected in self.data["expect"].items():
+            record = store.records.get(vf)
+            actual = record.quarantined_at if record is not None else None
+            wanted = None if expected is None else _gotime.parse_rfc3339(expected)
+            if actual != wanted:
+                return "abort"
+        return "commit"
+
+    def missing_entries(self):
+        return self.entries[self.found:]
+
+    def summary(self, outcome=None):
+        return {"run_id": self.run_id, "line": self.line, "time": self.data.get("time"),
+                "entries": len(self.entries), "found": self.found, "outcome": outcome}
 
 
 class Ledger(object):
     """What :func:`read_ledger` found: ``path``, ``exists``, ``entries`` (valid
-    entries in file order, each with its ``line`` number) and ``problems``
-    (``[{line, error}]`` for lines that are not valid entries)."""
+    entries in file order, each with its ``line`` number), ``intents``
+    (:class:`Intent` in file order) and ``problems`` (``[{line, error}]`` for
+    lines that are not valid entries)."""
 
-    def __init__(self, path, exists, entries, problems):
+    def __init__(self, path, exists, entries, problems, intents=None):
         self.path = path
         self.exists = exists
         self.entries = entries
         self.problems = problems
+        self.intents = intents or []
 
-    def latest_by_vf(self):
+    def pending(self):
+        """Intents a killed run left unsettled."""
+        return [intent for intent in self.intents if intent.status == "pending"]
+
+    def effective(self, store=None):
+        """The entries, plus those of pending intents that ``store`` shows (as settling would append them)."""
+        entries = self.entries
+        if store is not None:
+            extra = []
+            for intent in self.pending():
+                if intent.decide(store) == "commit":
+                    extra.extend(intent.missing_entries())
+            if extra:
+                entries = entries + extra
+        return entries
+
+    def latest_by_vf(self, store=None):
+        """Each VF's latest entry; with ``store``, pending intents count as settling would decide them."""
         latest = {}
-        for entry in self.entries:
+        for entry in self.effective(store):
             if entry.get("vf_address"):
                 latest[entry["vf_address"]] = entry
         return latest
 
     def vfs_for_parent(self, parent_gpu):
-        """Sorted VF addresses any entry recorded for ``parent_gpu``."""
-        return sorted(set(entry["vf_address"] for entry in self.entries
+        """Sorted VF addresses any entry (or intent, settled or not) recorded for ``parent_gpu``."""
+        entries = list(self.entries)
+        for intent in self.intents:
+            entries.extend(intent.entries)
+        return sorted(set(entry["vf_address"] for entry in entries
                           if entry.get("vf_address") and entry.get("parent_gpu") == parent_gpu))
 
     def recent(self, count):
         return self.entries[-count:] if count > 0 else []
 
 
+# About 200,000 entries; a ledger that big should be rotated, not read into memory.
+LEDGER_READ_LIMIT = 64 * 1024 * 1024
+
+
 def read_ledger(state_dir):
     """Read the ledger; a missing file is empty. A corrupt line is reported in
     ``problems`` and skipped; an unreadable ledger raises VgpuError (ownership
-    cannot be decided without it)."""
+    cannot be decided without it), and so does a symlinked state dir or
+    ledger, or one that is not a regular file."""
     path = ledger_path(state_dir)
     try:
-        with open(path, "rb") as handle:
-            data = handle.read()
-    except (IOError, OSError) as err:
-        if err.errno == errno.ENOENT:
+        is_link = stat.S_ISLNK(os.lstat(state_dir).st_mode)
+    except OSError:
+        is_link = False  # missing: an empty ledger, as below
+    if is_link:
+        raise _state_dir_error(state_dir, HostFileError(errno.ELOOP, "is a symlink", state_dir))
+    try:
+        data = read_bytes(path, LEDGER_READ_LIMIT, follow=False)
+    except OSError as err:
+        if err.errno == errno.ENOENT and not isinstance(err, HostFileError):
             return Ledger(path, False, [], [])
         raise VgpuError("cannot read ledger %s: %s" % (path, err.strerror or err))
-    entries, problems = [], []
-    for number, raw in enumerate(data.split(b"\n"), 1):
+    return parse_ledger(path, data)
+
+
+def parse_ledger(path, data):
+    """A :class:`Ledger` from the ledger's bytes."""
+    entries, problems, intents, by_run = [], [], [], {}
+    lines = data.split(b"\n")
+    for number, raw in enumerate(lines, 1):
         if not raw.strip():
             continue
+        torn = number == len(lines)  # no newline after it: an interrupted append
         try:
             entry = json.loads(raw.decode("utf-8"))
-        except (ValueError, UnicodeDecodeError) as err:
-            problems.append({"line": number, "error": "not JSON: %s" % err})
+        except (ValueError, UnicodeDecodeError, RecursionError) as err:
+            problems.append({"line": number, "error": ("torn last line (an interrupted append; the next append "
+                                                       "cuts it off): %s" if torn else "not JSON: %s") % err})
             continue
-        error = _entry_error(entry)
+        error = _line_error(entry)
+        if error is None and entry["action"] in (INTENT, ABORT):
+            error = _add_intent_line(entry, number, intents, by_run)
         if error:
             problems.append({"line": number, "error": error})
             continue
+        if entry["action"] in (INTENT, ABORT):
+            continue
         entry["line"] = number
+        intent = by_run.get(entry.get("run_id"))
+        if intent is not None:
+            intent.found += 1
         entries.append(entry)
-    return Ledger(path, True, entries, problems)
+    return Ledger(path, True, entries, problems, intents)
+
+
+def _add_intent_line(entry, number, intents, by_run):
+    run_id = entry["run_id"]
+    if entry["action"] == INTENT:
+        if run_id in by_run:
+            return "second intent of run %s" % run_id
+        by_run[run_id] = Intent(number, entry)
+        intents.append(by_run[run_id])
+        return None
+    if run_id not in by_run:
+        return "abort of run %s, which has no intent before it" % run_id
+    by_run[run_id].aborted = True
+    return None
+
+
+def _line_error(entry):
+    """Why a parsed line is not a valid entry, intent or abort line (None when it is)."""
+    if not isinstance(entry, dict):
+        return "not a JSON object"
+    if entry.get("action") in (INTENT, ABORT):
+        if not isinstance(entry.get("run_id"), str) or not entry["run_id"]:
+            return "%s without a run_id" % entry["action"]
+        if entry["action"] == ABORT:
+            return None
+        if not isinstance(entry.get("entries"), list) or not isinstance(entry.get("expect"), dict):
+            return "intent without entries or expect"
+        for planned in entry["entries"]:
+            error = _entry_error(planned)
+            if error:
+                return "intent entry: %s" % error
+        for vf, moment in entry["expect"].items():
+            if moment is not None:
+                try:
+                    _gotime.parse_rfc3339(moment)
+                except ValueError as err:
+                    return "intent expect %s: %s" % (vf, err)
+        return None
+    return _entry_error(entry)
 
 
 def _entry_error(entry):
@@ -199,7 +411,7 @@ def _entry_error(entry):
         return "not a JSON object"
     if entry.get("action") not in ACTIONS:
         return "unknown action %r" % (entry.get("action"),)
-    for key in ("vf_address", "quarantined_at", "parent_gpu"):
+    for key in ("vf_address", "quarantined_at", "parent_gpu", "run_id"):
         if entry.get(key) is not None and not isinstance(entry.get(key), str):
             return "%s is not a string" % key
     if entry.get("quarantined_at") is not None:
@@ -224,12 +436,36 @@ def is_owned(entry, record):
 def owned_quarantines(entries, store):
     """Sorted VFs whose quarantine in ``store`` this collection owns (see module doc).
 
-    ``entries`` is a :class:`Ledger` or a list of entries in file order.
+    ``entries`` is a :class:`Ledger` (pending intents count as settling would
+    decide them against ``store``) or a list of entries in file order.
     """
     if isinstance(entries, Ledger):
-        entries = entries.entries
-    latest = {}
-    for entry in entries:
-        if entry.get("vf_address"):
-            latest[entry["vf_address"]] = entry
+        latest = entries.latest_by_vf(store)
+    else:
+        latest = {}
+        for entry in entries:
+            if entry.get("vf_address"):
+                latest[entry["vf_address"]] = entry
     return sorted(vf for vf in store.quarantined() if is_owned(latest.get(vf), store.records.get(vf)))
+
+
+def settle(ledger, state_dir, store, run_id, check_mode=False, now=None):
+    """Settle the intents killed runs left in ``ledger`` (read under the store lock) against ``store``.
+
+    Appends each committed intent's missing entries (with ``settled_by``) and
+    an ``abort`` line for the others, unless ``check_mode``. Returns
+    ``[{run_id, line, time, entries, found, outcome}]``.
+    """
+    settled, lines = [], []
+    for intent in ledger.pending():
+        outcome = intent.decide(store)
+        settled.append(intent.summary(outcome))
+        if outcome == "commit":
+            lines.extend(dict(entry, settled_by=run_id) for entry in intent.missing_entries())
+        else:
+            lines.append({"time": _gotime.format_rfc3339nano(now or _gotime.utc_now()), "action": ABORT,
+                          "run_id": intent.run_id, "settled_by": run_id,
+                          "reason": "the store does not show the change of the interrupted run"})
+    if lines and not check_mode:
+        append_entries(state_dir, lines)
+    return settled

@@ -31,6 +31,7 @@ import errno
 import json
 import os
 import re
+import stat
 
 from ansible_collections.hypeman.vgpu.plugins.module_utils._errors import VgpuError
 from ansible_collections.hypeman.vgpu.plugins.module_utils import _fileio, _gotime
@@ -51,23 +52,19 @@ FORMAT_INVALID = "invalid"
 FORMAT_MISSING = "missing"
 
 
-def normalize_vf_address(text):
+def normalize_vf_address(text, what="VF", example="0000:82:00.4"):
     """Canonical PCI function address ``dddd:bb:dd.f`` (lowercase, 4-digit domain).
 
     Accepts an optional or short domain and any letter case (``82:00.4``,
     ``0000:E3:00.5``). Raises :class:`VgpuError` naming the value and the
-    expected form for anything that is not a PCI function address.
+    expected form for anything that is not a PCI function address; ``what``
+    and ``example`` word it for the kind of device asked for (``GPU`` for a card).
     """
-    if not isinstance(text, str):
-        raise VgpuError(
-            "invalid VF address %r: expected a PCI function address like 0000:82:00.4 "
-            "(domain:bus:device.function, hex, function 0-7)" % (text,)
-        )
-    match = _INPUT_ADDRESS_RE.match(text.strip())
+    match = _INPUT_ADDRESS_RE.match(text.strip()) if isinstance(text, str) else None
     if not match:
         raise VgpuError(
-            "invalid VF address %r: expected a PCI function address like 0000:82:00.4 "
-            "(domain:bus:device.function, hex, function 0-7)" % (text,)
+            "invalid %s address %r: expected a PCI function address like %s "
+            "(domain:bus:device.function, hex, function 0-7)" % (what, text, example)
         )
     domain = (match.group("domain") or "0").lower().rjust(4, "0")
     return "%s:%s:%s.%s" % (domain, match.group("bus").lower(), match.group("dev").lower(), match.group("fn"))
@@ -429,7 +426,8 @@ class HealthStore(object):
     """One load of the store.
 
     Attributes: ``path``; ``exists`` (the path exists); ``is_symlink`` (the
-    store file itself is a symlink); ``format`` (``v1``, ``legacy``,
+    store file itself is a symlink); ``path_error`` (why the path itself is
+    refused, or None); ``format`` (``v1``, ``legacy``,
     ``invalid``, ``missing``); ``valid``; ``error`` (hypeman's load error text,
     None when valid); ``raw`` (the bytes read, None when missing or
     unreadable); ``records`` (dict address -> :class:`Record`; empty when invalid).
@@ -448,6 +446,8 @@ class HealthStore(object):
         self.raw = raw
         self.records = dict(records or {})
         self.is_symlink = is_symlink
+        self.path_error = None  # why the path itself is refused (not a regular file, a symlink)
+        self.rewrite = False  # write even though the records compare equal (same instants, new text)
 
     # -- queries ------------------------------------------------------------------
 
@@ -466,8 +466,10 @@ class HealthStore(object):
                       if record.quarantined_at is None and len(record.failures) >= threshold)
 
     def copy(self):
-        return HealthStore(self.path, self.exists, self.format, self.valid, self.error, self.raw,
-                           self.records, self.is_symlink)
+        other = HealthStore(self.path, self.exists, self.format, self.valid, self.error, self.raw,
+                            self.records, self.is_symlink)
+        other.path_error = self.path_error
+        return other
 
     # -- mutations (hypeman's semantics) --------------------------------------------
 
@@ -584,19 +586,57 @@ class HealthStore(object):
         self._require_valid()
         try:
             return serialize_records(self.sorted_records())
-        except ValueError as err:  # a loaded offset Go cannot marshal either (e.g. +24:00)
-            raise VgpuError("marshal VF health state %s: %s" % (self.path, err))
+        except ValueError as err:  # a loaded time Go cannot marshal either (e.g. +24:00)
+            raise VgpuError("cannot write VF health store %s: marshal VF health state: %s; nothing was changed "
+                            "(hypeman's own next write of this file fails the same way; state=repaired rewrites "
+                            "its times in UTC)" % (self.path, err), store_error="marshal VF health state: %s" % err)
+
+    def marshal_error(self):
+        """hypeman's error for writing this (loadable) store back, or None.
+
+        Go loads offsets up to ``+24:00`` but cannot marshal an offset hour of
+        24: hypeman then fails every report (rolled back) and, when its load
+        re-evaluation has something to quarantine, disables placement.
+        """
+        if not self.valid:
+            return None
+        try:
+            serialize_records(self.sorted_records())
+        except ValueError as err:
+            return "marshal VF health state: %s" % err
+        return None
+
+    def rewrite_in_utc(self):
+        """Show each time Go cannot marshal in UTC (the same instant); marks the store for writing."""
+        self._require_valid()
+
+        def utc(value):
+            try:
+                _gotime.format_rfc3339nano(value)
+                return value
+            except ValueError:
+                return _gotime.to_utc(value)
+
+        self.records = dict(
+            (vf, Record(vf, tuple(f._replace(reported_at=utc(f.reported_at)) for f in record.failures),
+                        None if record.quarantined_at is None else utc(record.quarantined_at)))
+            for vf, record in self.records.items())
+        self.rewrite = True
 
     def to_data(self):
-        """JSON-able records for module results: every key present, sorted by address."""
+        """JSON-able records for module results: every key present, sorted by address.
+
+        Times read as Go's ``Format`` prints them, which never fails (a time Go
+        cannot marshal keeps its written offset, e.g. ``+24:00``).
+        """
         data = []
         for record in self.sorted_records():
             data.append({
                 "vf_address": record.vf_address,
                 "failures": [{"instance_id": f.instance_id, "assigned_at": f.assigned_at,
-                              "reported_at": _gotime.format_rfc3339nano(f.reported_at)}
+                              "reported_at": _gotime.format_rfc3339nano(f.reported_at, strict=False)}
                              for f in record.failures],
-                "quarantined_at": (_gotime.format_rfc3339nano(record.quarantined_at)
+                "quarantined_at": (_gotime.format_rfc3339nano(record.quarantined_at, strict=False)
                                    if record.quarantined_at is not None else None),
             })
         return data
@@ -627,10 +667,19 @@ def go_json_string(text):
 
 
 def serialize_records(records):
-    """Bytes hypeman writes for ``records`` (already sorted by address)."""
+    """Bytes hypeman writes for ``records`` (already sorted by address); ValueError
+    with Go's text for a time Go cannot marshal."""
     if not records:
         return b'{\n  "version": 1,\n  "records": []\n}'
-    fmt = _gotime.format_rfc3339nano
+    go_format = _gotime.format_rfc3339nano
+
+    def fmt(value, go_type="time.Time"):
+        try:
+            return go_format(value)
+        except ValueError as err:
+            # Go's encoding/json wraps a Marshaler's error (MarshalerError).
+            raise ValueError("json: error calling MarshalJSON for type %s: %s" % (go_type, err))
+
     parts = ['{\n  "version": 1,\n  "records": [']
     first = True
     for record in records:
@@ -655,7 +704,7 @@ def serialize_records(records):
             parts.append("\n      ]")
         if record.quarantined_at is not None:
             parts.append(',\n      "quarantined_at": "')
-            parts.append(fmt(record.quarantined_at))
+            parts.append(fmt(record.quarantined_at, "*time.Time"))
             parts.append('"')
         parts.append("\n    }")
     parts.append("\n  ]\n}")
@@ -669,6 +718,39 @@ def _read_error(path, err):
     if err.errno == errno.EISDIR:
         return "read VF health state: read %s: %s" % (path, go_errno_text(err))
     return "read VF health state: open %s: %s" % (path, go_errno_text(err))
+
+
+# No real store comes near this (about 2 MiB at 10,000 records); beyond it, refuse rather than read on.
+STORE_READ_LIMIT = 64 * 1024 * 1024
+
+
+def _path_problem(path, err):
+    """Why the store path itself is refused (not a regular file, a symlink, too big), or None."""
+    if isinstance(err, _fileio.HostFileError):
+        if err.errno == errno.ELOOP:
+            try:
+                target = os.readlink(path)
+            except OSError:
+                target = None
+            dangling = target is not None and not os.path.exists(path)
+            shown = "" if target is None else " to %s" % go_quote(target)
+            return ("%s is a symlink%s%s; this collection reads and writes only the file itself, never "
+                    "through a symlink" % (path, shown, " that points nowhere" if dangling else ""))
+        return "%s %s" % (path, err.strerror)
+    try:
+        info = os.lstat(path)
+    except OSError:
+        return None
+    if stat.S_ISREG(info.st_mode):
+        return None
+    return "%s is %s, not a regular file" % (path, _fileio.file_kind(info.st_mode))
+
+
+def _refused_store(path, problem, is_symlink=False, error=None):
+    store = HealthStore(path, True, FORMAT_INVALID, False, error or "read VF health state: %s" % problem, None,
+                        {}, is_symlink)
+    store.path_error = problem
+    return store
 
 
 def parse_store_bytes(path, data):
@@ -692,16 +774,32 @@ def load_store(path):
     bad content: a missing file is an empty valid store (format ``missing``);
     anything hypeman would refuse gives ``valid=False`` with hypeman's error.
     Re-evaluation against a threshold is separate (:meth:`HealthStore.reevaluate`).
+
+    Stricter than hypeman about the path (``path_error`` says why): the
+    store must be a regular file read without following a symlink, in a
+    directory that is not a symlink. A symlink (dangling ones included:
+    not a missing store), FIFO, socket, device, directory or a file over
+    :data:`STORE_READ_LIMIT` gives an invalid store, never a read of it.
     """
-    is_symlink = os.path.islink(path)
+    directory = os.path.dirname(path) or "."
     try:
-        # Not open(): a FIFO would block and an endless file exhaust memory.
-        data = _fileio.read_bytes(path, limit=_fileio.DEFAULT_LIMIT)
-    except (IOError, OSError) as err:
-        if err.errno == errno.ENOENT:  # hypeman: os.IsNotExist -> empty store, not an error
-            return HealthStore(path, False, FORMAT_MISSING, True, None, None, {}, is_symlink)
-        return HealthStore(path, os.path.lexists(path), FORMAT_INVALID, False, _read_error(path, err), None,
-                           {}, is_symlink)
-    store = parse_store_bytes(path, data)
-    store.is_symlink = is_symlink
-    return store
+        dir_is_link = stat.S_ISLNK(os.lstat(directory).st_mode)
+    except OSError:
+        dir_is_link = False
+    if dir_is_link:
+        return _refused_store(path, "the store's directory %s is a symlink; this collection does not use a "
+                                    "store directory through a symlink (point data_dir or path at the real "
+                                    "directory)" % directory)
+    try:
+        data = _fileio.read_bytes(path, STORE_READ_LIMIT, follow=False)
+    except OSError as err:
+        if err.errno == errno.ENOENT and not isinstance(err, _fileio.HostFileError):
+            # hypeman: os.IsNotExist -> empty store, not an error
+            return HealthStore(path, False, FORMAT_MISSING, True, None, None, {}, False)
+        problem = _path_problem(path, err)
+        if problem is not None:
+            is_link = isinstance(err, _fileio.HostFileError) and err.errno == errno.ELOOP
+            go_error = _read_error(path, err) if err.errno == errno.EISDIR else None
+            return _refused_store(path, problem, is_link, go_error)
+        return HealthStore(path, os.path.lexists(path), FORMAT_INVALID, False, _read_error(path, err), None, {})
+    return parse_store_bytes(path, data)

@@ -20,8 +20,9 @@ import re
 import stat
 import time
 
-from ansible_collections.hypeman.vgpu.plugins.module_utils import _gotime
+from ansible_collections.hypeman.vgpu.plugins.module_utils import _gotime, _safedir
 from ansible_collections.hypeman.vgpu.plugins.module_utils._errors import VgpuError
+from ansible_collections.hypeman.vgpu.plugins.module_utils._fileio import HostFileError, file_kind
 from ansible_collections.hypeman.vgpu.plugins.module_utils._store import (
     Failure, GoSyntaxError, JsonNumber, JsonObject, Record, go_fold, json_tree, load_store, normalize_vf_address,
     raw_text,
@@ -144,25 +145,9 @@ the store stays missing); ``changed``; ``result``: what ``mutate`` returned;
 """
 
 
-def _refuse_symlink(path, what):
-    try:
-        info = os.lstat(path)
-    except (IOError, OSError) as err:
-        if err.errno in (errno.ENOENT, errno.ENOTDIR):
-            return
-        raise VgpuError("cannot inspect %s %s: %s" % (what, path, err.strerror or err))
-    if stat.S_ISLNK(info.st_mode):
-        raise VgpuError("refusing to write the VF health store: %s %s is a symlink (possibly planted); "
-                        "nothing was written. Remove it after checking where it points." % (what, path),
-                        symlink=path)
-
-
-def _fsync_dir(path):
-    fd = os.open(path, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+DIR_MODE = 0o755  # hypeman: os.MkdirAll(dir, 0755)
+FILE_MODE = 0o644  # hypeman: os.OpenFile(tmp, O_WRONLY|O_CREATE|O_TRUNC, 0644)
+LOCK_MODE = 0o600
 
 
 def _write_error(path, step, err):
@@ -170,121 +155,188 @@ def _write_error(path, step, err):
                      % (path, step, getattr(err, "strerror", None) or err), errno=getattr(err, "errno", None))
 
 
-def _make_dirs(directory):
-    """``os.MkdirAll(dir, 0755)``; a new directory gets exactly 0755."""
-    missing = []
-    current = directory
-    while current and not os.path.isdir(current):
-        missing.append(current)
-        parent = os.path.dirname(current)
-        if parent == current:
-            break
-        current = parent
-    os.makedirs(directory, mode=0o755, exist_ok=True)
-    for created in missing:
-        os.chmod(created, 0o755)
+def _refused(path, what, err):
+    return VgpuError("refusing to write the VF health store %s: %s %s %s (possibly planted); nothing was written. "
+                     "Remove it after checking what it is." % (path, what, err.filename, err.strerror),
+                     symlink=err.filename)
 
 
-def write_store_bytes(path, data, owner=None):
+class StoreDir(object):
+    """The store's directory (hypeman's ``<data_dir>/gpu``) held open.
+
+    The data dir may be a symlink (another disk); the gpu dir may not: it is
+    opened with ``O_NOFOLLOW`` and every later step (lock, temporary file,
+    rename, fsync) goes through that descriptor, so nothing outside it is
+    created or changed even if a path component is swapped meanwhile. With
+    ``create`` missing directories get exactly 0755, as hypeman creates them.
+    """
+
+    def __init__(self, path, create=True):
+        self.path = path
+        self.gpu_dir = os.path.dirname(os.path.abspath(path))
+        self.name = os.path.basename(path)
+        self.tmp_name = self.name + TMP_SUFFIX
+        self.lock_name = self.name + LOCK_SUFFIX
+        mode = DIR_MODE if create else None
+        try:
+            self.data_fd = _safedir.open_dir(os.path.dirname(self.gpu_dir), mode)
+        except HostFileError as err:
+            raise _refused(path, "directory", err)
+        except OSError as err:
+            raise _write_error(path, "create VF health state dir", err)
+        try:
+            self.gpu_fd = _safedir.open_child(self.data_fd, os.path.basename(self.gpu_dir),
+                                              os.path.dirname(self.gpu_dir), mode, follow=False)
+        except HostFileError as err:
+            os.close(self.data_fd)
+            raise _refused(path, "store directory", err)
+        except OSError as err:
+            os.close(self.data_fd)
+            raise _write_error(path, "create VF health state dir", err)
+
+    def close(self):
+        os.close(self.gpu_fd)
+        os.close(self.data_fd)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+        return False
+
+    def lstat(self, name):
+        """lstat of ``name`` in the gpu dir, or None when missing."""
+        try:
+            return os.stat(name, dir_fd=self.gpu_fd, follow_symlinks=False)
+        except OSError as err:
+            if err.errno == errno.ENOENT:
+                return None
+            raise OSError(err.errno, err.strerror, os.path.join(self.gpu_dir, name)) from err
+
+    def check_regular(self, name, what):
+        """Refuse ``name`` when it exists and is a symlink or not a regular file; its lstat or None."""
+        full = os.path.join(self.gpu_dir, name)
+        try:
+            info = self.lstat(name)
+        except OSError as err:
+            raise VgpuError("cannot inspect %s %s: %s" % (what, full, err.strerror))
+        if info is not None and not stat.S_ISREG(info.st_mode):
+            raise _refused(self.path, what, HostFileError(
+                errno.EINVAL, "is a symlink" if stat.S_ISLNK(info.st_mode) else
+                "is %s, not a regular file" % file_kind(info.st_mode), full))
+        return info
+
+
+def write_store_bytes(path, data, owner=None, dirs=None):
     """hypeman's writeStateLocked procedure for ``data``.
 
     mkdir -p (0755), fsync the gpu dir's parent, create ``<path>.tmp`` (mode
     0644; never through a symlink or an existing file), write, fsync, close,
-    rename over ``path``, fsync the gpu dir. Before the rename any failure
-    removes the tmp file and leaves the old store untouched. ``owner`` is an
-    optional (uid, gid) to keep the previous file's ownership.
+    rename over ``path``, fsync the gpu dir -- all relative to the gpu dir
+    held open (``dirs``, a :class:`StoreDir`; opened here when None). Before
+    the rename any failure removes the tmp file and leaves the old store
+    untouched. ``owner`` is an optional (uid, gid) to keep the previous
+    file's ownership.
     """
-    directory = os.path.dirname(path) or "."
-    tmp = path + TMP_SUFFIX
+    if dirs is None:
+        with StoreDir(path) as opened:
+            return write_store_bytes(path, data, owner, opened)
+    tmp = dirs.tmp_name
     try:
-        _make_dirs(directory)
-    except (IOError, OSError) as err:
-        raise _write_error(path, "create VF health state dir", err)
-    try:
-        _fsync_dir(os.path.dirname(directory) or ".")
-    except (IOError, OSError) as err:
+        os.fsync(dirs.data_fd)
+    except OSError as err:
         raise _write_error(path, "sync VF health state parent dir", err)
-    _refuse_symlink(path, "store file")
-    _refuse_symlink(tmp, "temporary file")
+    dirs.check_regular(dirs.name, "store file")
+    if dirs.check_regular(tmp, "temporary file") is not None:
+        try:
+            os.unlink(tmp, dir_fd=dirs.gpu_fd)  # a stale tmp (a killed writer); O_EXCL below creates anew
+        except OSError as err:
+            if err.errno != errno.ENOENT:
+                raise _write_error(path, "remove stale VF health state tmp", err)
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0)
     try:
-        os.unlink(tmp)  # a stale tmp (e.g. left by a killed writer); O_EXCL below must create anew
-    except (IOError, OSError) as err:
-        if err.errno != errno.ENOENT:
-            raise _write_error(path, "remove stale VF health state tmp", err)
-    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
-    try:
-        fd = os.open(tmp, flags, 0o644)
-    except (IOError, OSError) as err:
+        fd = os.open(tmp, flags, FILE_MODE, dir_fd=dirs.gpu_fd)
+    except OSError as err:
         if err.errno in (errno.ELOOP, errno.EEXIST):
             raise VgpuError("refusing to write the VF health store: temporary file %s appeared while writing "
-                            "(%s); nothing was written" % (tmp, err.strerror), symlink=tmp)
+                            "(%s); nothing was written" % (path + TMP_SUFFIX, err.strerror),
+                            symlink=path + TMP_SUFFIX)
         raise _write_error(path, "create VF health state", err)
     try:
         try:
-            os.fchmod(fd, 0o644)
+            os.fchmod(fd, FILE_MODE)
             if owner is not None:
                 os.fchown(fd, owner[0], owner[1])
             view = memoryview(data)
             while view:
                 written = os.write(fd, view)
                 view = view[written:]
-        except (IOError, OSError) as err:
+        except OSError as err:
             raise _write_error(path, "write VF health state", err)
         try:
             os.fsync(fd)
-        except (IOError, OSError) as err:
+        except OSError as err:
             raise _write_error(path, "sync VF health state", err)
     except VgpuError:
         os.close(fd)
-        _remove_quietly(tmp)
+        _remove_quietly(dirs, tmp)
         raise
     try:
         os.close(fd)
-    except (IOError, OSError) as err:
-        _remove_quietly(tmp)
+    except OSError as err:
+        _remove_quietly(dirs, tmp)
         raise _write_error(path, "close VF health state", err)
     try:
-        os.rename(tmp, path)
-    except (IOError, OSError) as err:
-        _remove_quietly(tmp)
+        os.rename(tmp, dirs.name, src_dir_fd=dirs.gpu_fd, dst_dir_fd=dirs.gpu_fd)
+    except OSError as err:
+        _remove_quietly(dirs, tmp)
         raise _write_error(path, "rename VF health state", err)
     try:
-        _fsync_dir(directory)
-    except (IOError, OSError) as err:
-        raise VgpuError("VF health store %s was replaced, but syncing its directory failed: %s; the new "
-                        "content is visible but may not survive a power loss" % (path, err.strerror or err),
-                        errno=err.errno)
+        os.fsync(dirs.gpu_fd)
+    except OSError as err:
+        error = VgpuError("VF health store %s was replaced, but syncing its directory failed: %s; the new "
+                          "content is visible but may not survive a power loss" % (path, err.strerror or err),
+                          errno=err.errno, changed=True)
+        error.renamed = True
+        raise error
 
 
-def _remove_quietly(path):
+def _remove_quietly(dirs, name):
     try:
-        os.unlink(path)
-    except (IOError, OSError):
+        os.unlink(name, dir_fd=dirs.gpu_fd)
+    except OSError:
         pass
 
 
 class _FileLock(object):
-    """Exclusive ``flock`` on ``<store>.lock`` (created 0600, never through a symlink)."""
+    """Exclusive ``flock`` on ``<store>.lock`` in the held-open gpu dir (created 0600, never through a symlink)."""
 
-    def __init__(self, path, timeout):
-        self.path = path
+    def __init__(self, dirs, timeout):
+        self.dirs = dirs
+        self.path = os.path.join(dirs.gpu_dir, dirs.lock_name)
         self.timeout = timeout
         self.fd = None
 
     def __enter__(self):
-        flags = os.O_RDWR | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
+        flags = os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0)
         try:
-            self.fd = os.open(self.path, flags, 0o600)
-        except (IOError, OSError) as err:
+            self.fd = os.open(self.dirs.lock_name, flags, LOCK_MODE, dir_fd=self.dirs.gpu_fd)
+        except OSError as err:
             if err.errno == errno.ELOOP:
                 raise VgpuError("refusing to use lock file %s: it is a symlink" % self.path, symlink=self.path)
             raise VgpuError("cannot open lock file %s: %s" % (self.path, err.strerror or err))
+        mode = os.fstat(self.fd).st_mode
+        if not stat.S_ISREG(mode):
+            os.close(self.fd)
+            raise VgpuError("refusing to use lock file %s: it is %s, not a regular file"
+                            % (self.path, file_kind(mode)), symlink=self.path)
         deadline = time.monotonic() + self.timeout
         while True:
             try:
                 fcntl.flock(self.fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
                 return self
-            except (IOError, OSError) as err:
+            except OSError as err:
                 if err.errno not in (errno.EAGAIN, errno.EACCES, errno.EWOULDBLOCK):
                     os.close(self.fd)
                     raise VgpuError("cannot lock %s: %s" % (self.path, err.strerror or err))
@@ -299,9 +351,18 @@ class _FileLock(object):
         return False
 
 
+def _refuse_path(store):
+    """A store path that is not a regular file (or is a symlink) is never read, repaired or replaced."""
+    if store.path_error is not None:
+        raise VgpuError("VF health store %s cannot be used: %s; nothing was changed (state=repaired does not "
+                        "replace it either: remove it after checking what it is)" % (store.path, store.path_error),
+                        store_error=store.error, store_format=store.format)
+
+
 def _run_mutate(path, mutate, allow_invalid):
     store = load_store(path)
     loaded = (store.format, store.valid, store.error)
+    _refuse_path(store)
     if not store.valid and not allow_invalid:
         raise VgpuError("VF health store %s is unusable (%s): %s; nothing was changed "
                         "(state=repaired rewrites it, keeping a backup)" % (path, store.format, store.error),
@@ -310,60 +371,83 @@ def _run_mutate(path, mutate, allow_invalid):
     result = mutate(store)
     # Records are immutable values, so comparing them says whether the
     # serialized store changed (mutations never re-express a time in another offset).
-    changed = store.valid and (not loaded[1] or store.records != before)
+    changed = store.valid and (not loaded[1] or store.records != before or store.rewrite)
     after = store.to_bytes() if changed else None
     return store, loaded, result, changed, after
 
 
+def _check_planted(path):
+    """Check mode and no-op runs refuse a planted temporary or lock file too, as a write would."""
+    for suffix, what in ((TMP_SUFFIX, "temporary file"), (LOCK_SUFFIX, "lock file")):
+        try:
+            info = os.lstat(path + suffix)
+        except OSError:
+            continue
+        if not stat.S_ISREG(info.st_mode):
+            raise _refused(path, what, HostFileError(
+                errno.EINVAL, "is a symlink" if stat.S_ISLNK(info.st_mode) else
+                "is %s, not a regular file" % file_kind(info.st_mode), path + suffix))
+
+
 def update_store(path, mutate, check_mode=False, allow_invalid=False, backup=None, after_write=None,
-                 lock_timeout=60.0):
+                 lock_timeout=60.0, before_write=None, under_lock=None, force_lock=False, write_failed=None):
     """Locked read-modify-write of the store at ``path``.
 
-    Under an exclusive flock on ``<path>.lock``: load; fail closed with a
-    :class:`VgpuError` naming the file and hypeman's reason when the store is
-    invalid (unless ``allow_invalid``, for repair); call ``mutate(store)``;
-    when the serialized store changed and not ``check_mode``, call
-    ``backup(path)`` if given and the file exists (returns the backup path),
-    write durably with :func:`write_store_bytes`, then call
-    ``after_write(result)`` still under the lock (the ledger append, so that
-    ownership decisions made under the lock see it). ``mutate`` runs twice
-    when it changes something (unlocked, then under the lock), so it must
-    depend on the store (and other locked state) only.
+    Under an exclusive flock on ``<path>.lock``: call ``under_lock()`` if
+    given; load; fail closed with a :class:`VgpuError` naming the file and
+    hypeman's reason when the store is invalid (unless ``allow_invalid``,
+    for repair) or its path is not a regular file (always); call
+    ``mutate(store)``; when the serialized store changed and not
+    ``check_mode``, call ``backup(path)`` if given and the file exists
+    (returns the backup path), then ``before_write(result)`` (the ledger's
+    write-ahead intent), write durably with :func:`write_store_bytes`, then
+    call ``after_write(result)`` still under the lock (the ledger append, so
+    that ownership decisions made under the lock see it; also when the
+    write failed after its rename, the change being visible) or, when the
+    write failed before it, ``write_failed(result)``. ``mutate`` may run
+    twice (unlocked, then under the lock), so it must depend on the store
+    (and other locked state) only.
 
-    Check mode, a refused (invalid) store and a mutation that changes nothing
-    take no lock and create nothing. Returns an :class:`UpdateResult`.
+    Check mode, a refused store and a mutation that changes nothing take no
+    lock and create nothing, unless ``force_lock`` (work to do under the
+    lock even when the store stays as it is). Returns an :class:`UpdateResult`.
     """
-    _refuse_symlink(path, "store file")
-    _refuse_symlink(path + TMP_SUFFIX, "temporary file")
-    directory = os.path.dirname(path) or "."
+    _check_planted(path)
     lock_path = path + LOCK_SUFFIX
-    if check_mode or not os.path.exists(lock_path):
+    if check_mode or not (force_lock or os.path.lexists(lock_path)):
         # An unlocked pass first: check mode, refused stores and no-op
         # mutations end here, so they create nothing (not even the lock file).
         store, loaded, result, changed, after = _run_mutate(path, mutate, allow_invalid)
-        if check_mode or not changed:
+        if check_mode or not (changed or force_lock):
             return UpdateResult(path, changed, store.raw, after if changed else store.raw, result, store,
                                 loaded[0], loaded[1], loaded[2], None)
-        try:
-            _make_dirs(directory)
-        except (IOError, OSError) as err:
-            raise _write_error(path, "create VF health state dir", err)
-    with _FileLock(lock_path, lock_timeout):
+    with StoreDir(path) as dirs, _FileLock(dirs, lock_timeout):
+        if under_lock is not None:
+            under_lock()
         # (Again) under the lock: another run may have written in between.
         store, loaded, result, changed, after = _run_mutate(path, mutate, allow_invalid)
         backup_file = None
+        outcome = UpdateResult(path, changed, store.raw, after if changed else store.raw, result, store,
+                               loaded[0], loaded[1], loaded[2], None)
         if changed:
             owner = None
-            try:
-                info = os.stat(path)
+            info = dirs.check_regular(dirs.name, "store file")
+            if info is not None:
                 owner = (info.st_uid, info.st_gid)
-            except (IOError, OSError):
-                pass
-            if backup is not None and os.path.lexists(path):
-                backup_file = backup(path)
-            write_store_bytes(path, after, owner)
-        outcome = UpdateResult(path, changed, store.raw, after if changed else store.raw, result, store,
-                               loaded[0], loaded[1], loaded[2], backup_file)
-        if changed and after_write is not None:
-            after_write(outcome)
+                if backup is not None:
+                    backup_file = backup(path)
+                    outcome = outcome._replace(backup_file=backup_file)
+            if before_write is not None:
+                before_write(outcome)
+            try:
+                write_store_bytes(path, after, owner, dirs)
+            except VgpuError as err:
+                if getattr(err, "renamed", False):
+                    if after_write is not None:
+                        after_write(outcome)
+                elif write_failed is not None:
+                    write_failed(outcome)
+                raise
+            if after_write is not None:
+                after_write(outcome)
         return outcome

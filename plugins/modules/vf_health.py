@@ -20,11 +20,14 @@ description:
     (O(instance_id), O(assigned_at)), with hypeman's de-duplication, threshold and rescind rules.
   - O(state=quarantined) drains VFs by hand, O(state=absent) removes their records, O(state=repaired)
     rewrites an unreadable, invalid or legacy store while keeping every VF it can find quarantined.
-  - Every write takes an exclusive lock beside the store, re-evaluates the quarantine threshold as hypeman
-    does at load, and replaces the file atomically and durably with hypeman's procedure. An invalid store
-    is never changed except by O(state=repaired).
+  - Every run re-evaluates the quarantine threshold as hypeman does at load and writes that re-evaluation
+    even when the requested change is a no-op, so the file is the one hypeman holds at this threshold.
+    Every write takes an exclusive lock beside the store and replaces the file atomically and durably
+    with hypeman's procedure. An invalid store is never changed except by O(state=repaired).
   - Quarantines and clears are appended to this collection's ledger in O(state_dir), which is how
-    O(owned_only) knows which quarantines this collection made.
+    O(owned_only) knows which quarantines this collection made. Before it replaces the store a run logs a
+    write-ahead intent, so a run killed at any instant loses no ownership; the next run settles it
+    (RV(settled)).
   - hypeman keeps the store in memory and overwrites the file on its next report. Edit with hypeman
     stopped, or restart it right after the edit; the module warns when a hypeman process is running.
 extends_documentation_fragment:
@@ -46,7 +49,8 @@ options:
         own are skipped and reported as C(skipped_not_owned).
       - V(repaired) acts only on an unreadable, invalid or legacy store. It keeps the old file as a
         timestamped backup and writes a valid store in which every VF address found in the old file is
-        quarantined. On a valid or missing store it changes nothing.
+        quarantined. A store hypeman loads but cannot write back (a time with a UTC offset of V(+24:00)) is
+        rewritten with the same instants in UTC. On any other valid or missing store it changes nothing.
     type: str
     required: true
     choices: [failed, succeeded, quarantined, absent, repaired]
@@ -80,7 +84,7 @@ options:
       - Failures (distinct assignments) that quarantine a VF. Defaults to C(gpu.vf_quarantine_threshold)
         from O(config_path), else hypeman's default 2. Must be 1 or more.
       - Used for O(state=failed) and for the re-evaluation hypeman applies at load, which this module
-        applies whenever it writes.
+        applies and writes on every run except O(state=repaired).
     type: int
   reason:
     description:
@@ -109,12 +113,27 @@ options:
     description:
       - Job identifier for the ledger, for example AWX's C(awx_job_id) passed by a role.
     type: str
+  allow_absent:
+    description:
+      - With O(state=failed), O(state=succeeded) and O(state=quarantined), every VF must be on the host, that is a VF
+        hypeman's discovery sees under O(sysfs_root) (an entry of C(bus/pci/devices) with
+        C(nvidia/creatable_vgpu_types), or one in C(class/mdev_bus)). Otherwise the run fails and changes
+        nothing, so a mistyped address never becomes a record.
+      - V(true) records such VFs anyway, with a warning.
+      - VFs that only the ledger remembers for O(parent_gpu) (SR-IOV may be disabled) are always accepted, and
+        O(state=absent) and O(state=repaired) never check.
+    type: bool
+    default: false
 notes:
   - It accepts every host-path option of the C(group/hypeman.vgpu.host) action group, so one
     C(module_defaults) entry serves all modules. It ignores the options it does not read,
     O(dev_root) and the API options.
   - The store's temporary file is C(<store>.tmp), as for hypeman, and the lock file is C(<store>.lock).
-    A store or temporary file that is a symlink is refused; a O(data_dir) that is a symlink is fine.
+    A store, temporary or lock file that is a symlink or not a regular file, a store directory
+    (C(<data_dir>/gpu)) or O(state_dir) that is a symlink, and a ledger that is a symlink or not a regular
+    file are refused with an error naming the path, and nothing is written; a O(data_dir) that is a
+    symlink is fine. Missing directories are created 0755 (the store's, as hypeman does) and 0700
+    (O(state_dir)), whatever the umask; the ledger is created 0600.
 seealso:
   - module: hypeman.vgpu.vf_health_info
 """
@@ -134,7 +153,7 @@ EXAMPLES = r"""
     instance_id: tz4a98xxat96iws9zmbrgj3a
     assigned_at: "2026-08-20T15:00:00.123456789Z"
 
-- name: Drain a whole card (hypeman stopped around the edit)
+- name: Drain a whole card (hypeman must be stopped around the edit; the gpu_drain role does that)
   hypeman.vgpu.vf_health:
     state: quarantined
     parent_gpu: "0000:82:00.0"
@@ -182,8 +201,9 @@ not_owned:
   sample: {"0000:82:00.5": "quarantine is not owned by this collection (latest ledger entry: none)"}
 reevaluated:
   description:
-    - VFs this write also quarantined because their failures already reach the threshold (hypeman does the
-      same at its next load). Empty when nothing was written.
+    - VFs this run quarantined because their failures already reach the threshold, as hypeman does at load.
+      The run writes them even when the requested change itself is a no-op (then it reports changed).
+      Empty when nothing was written.
   returned: always
   type: list
   elements: str
@@ -233,6 +253,14 @@ vf_addresses:
   type: list
   elements: str
   sample: ["0000:82:00.4"]
+absent_vfs:
+  description:
+    - VFs of RV(vf_addresses) that are not on the host, acted on because of O(allow_absent=true) (with a
+      warning). Empty otherwise; without O(allow_absent) such VFs fail the run.
+  returned: always
+  type: list
+  elements: str
+  sample: []
 store_path:
   description: Path of the store.
   returned: always
@@ -274,6 +302,17 @@ ledger_entries:
   type: list
   elements: dict
   sample: []
+settled:
+  description:
+    - Write-ahead intents that runs killed before they finished left in the ledger, settled by this run before
+      its own change (in check mode, how they would be settled), as C({run_id, line, time, entries, found,
+      outcome}). V(commit) when the store shows the killed run's change (its missing ledger entries were
+      appended, so ownership is kept), V(abort) when it does not.
+    - Settling writes only the ledger; it does not make the run V(changed).
+  returned: always
+  type: list
+  elements: dict
+  sample: []
 hypeman_running:
   description: Whether a C(hypeman-api)/C(hypeman) process is running (null when it could not be told).
   returned: always
@@ -287,6 +326,7 @@ hypeman_processes:
   sample: []
 """
 
+import hashlib
 import os
 import time
 
@@ -299,8 +339,17 @@ from ansible_collections.hypeman.vgpu.plugins.module_utils._hypeman import (
 from ansible_collections.hypeman.vgpu.plugins.module_utils import _gotime, _ledger, _store, _store_write, _sysfs
 
 
+# States that record something about a VF: the VF must exist (a typo would become a record).
+STATES_NEEDING_HOST_VFS = ("failed", "succeeded", "quarantined")
+
+
+def card_address(params):
+    return _store.normalize_vf_address(params["parent_gpu"], "GPU", "0000:82:00.0")
+
+
 def target_vfs(params, ledger):
-    """The normalised VFs to act on, in input order (card order for parent_gpu)."""
+    """``(vfs, ledger_only)``: the normalised VFs to act on, in input order (card
+    order for parent_gpu), and those only the ledger remembers for the card."""
     if params["vf_addresses"] is not None:
         seen, result = set(), []
         for text in params["vf_addresses"]:
@@ -308,18 +357,42 @@ def target_vfs(params, ledger):
             if address not in seen:
                 seen.add(address)
                 result.append(address)
-        return result
-    parent = _store.normalize_vf_address(params["parent_gpu"])
+        return result, set()
+    parent = card_address(params)
     info = _sysfs.read_parent(params["sysfs_root"], parent)
     vfs = [vf["address"] for vf in info["virtfns"]]
+    ledger_only = set()
     for address in ledger.vfs_for_parent(parent):
         if address not in vfs:
             vfs.append(address)
+            ledger_only.add(address)
     if not vfs:
         card_dir = os.path.join(_sysfs.pci_devices_dir(params["sysfs_root"]), parent)
         raise VgpuError("parent_gpu %s: no VFs found (no virtfn* links under %s and none recorded for it in "
                         "the ledger %s)" % (parent, card_dir, ledger.path))
-    return vfs
+    return vfs, ledger_only
+
+
+def vfs_not_on_host(sysfs_root, vfs):
+    """Per VF of ``vfs`` that hypeman's VF discovery does not see, why (``{}`` when all are there).
+
+    The same discovery as placement (``_sysfs.discover``): a VF is an entry of
+    ``bus/pci/devices`` with ``nvidia/creatable_vgpu_types`` (vendor-VFIO) or
+    one listed in ``class/mdev_bus`` (mdev); one hypeman would skip as
+    unreadable is still on the host.
+    """
+    found = _sysfs.discover(sysfs_root, read_creatable=False)
+    present = set(vf["address"] for vf in found.vfs) | set(vf["address"] for vf in found.unreadable)
+    devices = _sysfs.pci_devices_dir(sysfs_root)
+    missing = {}
+    for vf in vfs:
+        if vf in present:
+            continue
+        if os.path.lexists(os.path.join(devices, vf)):
+            missing[vf] = "%s exists but is not a VF of an NVIDIA vGPU card" % os.path.join(devices, vf)
+        else:
+            missing[vf] = "no such device under %s" % devices
+    return missing
 
 
 def make_backup(module, path):
@@ -347,21 +420,41 @@ class Run(object):
         self.threshold, self.threshold_source = resolve_threshold(self.params["threshold"],
                                                                   self.params["config_path"])
         self.ledger = _ledger.read_ledger(self.params["state_dir"])
-        self.vfs = [] if self.state == "repaired" else target_vfs(self.params, self.ledger)
+        self.vfs, ledger_only = [], set()
+        if self.state != "repaired":
+            self.vfs, ledger_only = target_vfs(self.params, self.ledger)
+        self.absent_vfs = {}
+        if self.state in STATES_NEEDING_HOST_VFS:
+            # VFs only the ledger remembers for parent_gpu were this card's (SR-IOV may be off now).
+            self.absent_vfs = vfs_not_on_host(self.params["sysfs_root"],
+                                              [vf for vf in self.vfs if vf not in ledger_only])
+            self.check_absent_vfs()
         self.parents = {}
         for vf in self.vfs:
-            self.parents[vf] = (_store.normalize_vf_address(self.params["parent_gpu"])
+            self.parents[vf] = (card_address(self.params)
                                 if self.params["parent_gpu"] else _sysfs.parent_of(self.params["sysfs_root"], vf))
+
+    def check_absent_vfs(self):
+        if not self.absent_vfs:
+            return
+        listing = "; ".join("%s (%s)" % (vf, why) for vf, why in sorted(self.absent_vfs.items()))
+        if not self.params["allow_absent"]:
+            raise VgpuError("state=%s refused: not a VF on this host: %s. A mistyped address would become a "
+                            "record in hypeman's store; set allow_absent=true to record VFs that are not "
+                            "present" % (self.state, listing), absent_vfs=sorted(self.absent_vfs))
+        self.module.warn("state=%s on VFs that are not on this host (allow_absent=true): %s"
+                         % (self.state, listing))
 
     # The mutation runs under the store lock; it must depend only on the store and the ledger.
     def mutate(self, store):
-        ledger = _ledger.read_ledger(self.params["state_dir"])
         if self.state == "repaired":
             return self._repair(store)
-        saved = dict(store.records)
+        # Ownership as the ledger says, intents of killed runs decided against this store.
+        latest = _ledger.read_ledger(self.params["state_dir"]).latest_by_vf(store)
+        # hypeman's load re-evaluation comes first and is persisted with the run
+        # (idempotent: the next run finds nothing left to quarantine).
         reevaluated = store.reevaluate(self.threshold, self.now)
         outcomes, cleared, skipped, previous = {}, {}, {}, {}
-        latest = ledger.latest_by_vf()
         for vf in self.vfs:
             previous[vf] = store.records.get(vf)
             if self.state == "failed":
@@ -383,20 +476,21 @@ class Run(object):
                                        entry.get("action"), entry.get("trigger"), entry["line"])))
                 else:
                     outcomes[vf] = store.remove(vf)
-        if all(outcome in ("unchanged", "skipped_not_owned") for outcome in outcomes.values()):
-            # Nothing of ours changed: leave re-evaluation to hypeman's next load, write nothing.
-            store.records = saved
-            reevaluated = []
         return {"outcomes": outcomes, "cleared": cleared, "skipped": skipped, "reevaluated": reevaluated,
                 "previous": previous}
 
     def _repair(self, store):
+        result = {"outcomes": {}, "cleared": {}, "skipped": {}, "reevaluated": [], "previous": {}}
         if store.valid:
-            return {"outcomes": {}, "cleared": {}, "skipped": {}, "reevaluated": [], "previous": {}}
+            result["marshal_error"] = store.marshal_error()
+            if result["marshal_error"] is not None:
+                # Loadable, but Go cannot write it back (an offset like +24:00): same instants in UTC.
+                store.rewrite_in_utc()
+            return result
         records = _store_write.recover_records(store.raw, self.now)
         store.replace_records(records)
-        return {"outcomes": dict((vf, "quarantined") for vf in sorted(records)), "cleared": {}, "skipped": {},
-                "reevaluated": [], "previous": {}}
+        result["outcomes"] = dict((vf, "quarantined") for vf in sorted(records))
+        return result
 
     def ledger_entries(self, update):
         """What to append for a write, from the store as written."""
@@ -404,6 +498,11 @@ class Run(object):
         common = dict(user=self.params["requested_by"] or _ledger.default_user(), job_id=self.params["job_id"],
                       run_id=self.run_id, now=self.now)
         entries = []
+        if self.state == "repaired" and update.loaded_valid:
+            # Times re-expressed in UTC: no quarantine changed, so nothing per VF (ownership stays).
+            return [_ledger.make_entry("repair", None, None, self.params["reason"] or (
+                "rewrote the times of a store Go cannot marshal in UTC (%s)" % result["marshal_error"]),
+                trigger="repair", **common)]
         if self.state == "repaired":
             reason = self.params["reason"] or "repaired unusable store (%s): %s" % (
                 update.loaded_format, update.loaded_error)
@@ -414,8 +513,9 @@ class Run(object):
                 entries.append(_ledger.make_entry("repair", None, None, reason, trigger="repair", **common))
             return entries
         for vf in result["reevaluated"]:
+            # self.now, not the final record: the same run may have removed it again (a success, absent).
             entries.append(_ledger.make_entry(
-                "quarantine", vf, store.records[vf].quarantined_at,
+                "quarantine", vf, self.now,
                 "failures reached the threshold %d on re-evaluation" % self.threshold,
                 trigger="reevaluation", parent_gpu=self.parents.get(vf), **common))
         for vf in self.vfs:
@@ -446,23 +546,61 @@ class Run(object):
     def run(self):
         params = self.params
         check_mode = self.module.check_mode
+        state_dir = params["state_dir"]
         self.run_id = _ledger.new_run_id()
-        written = []
+        written, planned, settled = [], [], []
+
+        def under_lock():
+            # Intents of killed runs are settled first, against the store as it is now.
+            ledger = _ledger.read_ledger(state_dir)
+            if ledger.pending():
+                settled.extend(_ledger.settle(ledger, state_dir, _store.load_store(self.path), self.run_id,
+                                              now=self.now))
+
+        def before_write(update):
+            # Write-ahead: what this run will log, durable before the store changes (see _ledger).
+            planned.extend(self.ledger_entries(update))
+            if not planned:
+                return
+            records = update.store.records
+            expect = dict((entry["vf_address"], records[entry["vf_address"]].quarantined_at
+                           if entry["vf_address"] in records else None)
+                          for entry in planned if entry["vf_address"])
+            intent = _ledger.make_intent(self.run_id, planned, _ledger.store_digest(update.store),
+                                         hashlib.sha256(update.after).hexdigest(), expect, self.now)
+            try:
+                _ledger.append_entries(state_dir, [intent])
+            except VgpuError as err:
+                raise VgpuError("nothing was changed: the ledger's write-ahead intent could not be written: %s"
+                                % err.msg)
 
         def after_write(update):
-            entries = self.ledger_entries(update)
             try:
-                _ledger.append_entries(params["state_dir"], entries)
+                _ledger.append_entries(state_dir, planned)
             except VgpuError as err:
-                raise VgpuError("the VF health store %s was changed, but the ledger append failed: %s"
+                raise VgpuError("the VF health store %s was changed, but the ledger append failed: %s; its "
+                                "write-ahead intent is in the ledger, so the next vf_health run records it"
                                 % (self.path, err.msg), changed=True)
-            written.extend(entries)
+            written.extend(planned)
+
+        def write_failed(update):
+            if planned:
+                try:  # the store is unchanged; else the next run finds that out and aborts the intent
+                    _ledger.append_entries(state_dir, [{
+                        "time": _gotime.format_rfc3339nano(self.now), "action": _ledger.ABORT,
+                        "run_id": self.run_id, "reason": "the store write failed"}])
+                except VgpuError:
+                    pass
 
         update = _store_write.update_store(
             self.path, self.mutate, check_mode=check_mode, allow_invalid=(self.state == "repaired"),
             backup=(lambda path: make_backup(self.module, path))
             if (params["backup"] or self.state == "repaired") else None,
-            after_write=after_write)
+            before_write=before_write, after_write=after_write, write_failed=write_failed,
+            under_lock=under_lock, force_lock=bool(self.ledger.pending()))
+        if check_mode and self.ledger.pending():
+            settled = _ledger.settle(self.ledger, state_dir, _store.load_store(self.path), self.run_id,
+                                     check_mode=True)
         result = update.result
         processes = warn_if_store_edited_while_running(self.module, params["proc_root"], update.changed)
         output = dict(
@@ -473,6 +611,7 @@ class Run(object):
             records=update.store.to_data() if update.store.valid else [],
             quarantined=update.store.quarantined() if update.store.valid else [],
             vf_addresses=self.vfs,
+            absent_vfs=sorted(self.absent_vfs),
             store_path=self.path,
             backup_file=update.backup_file,
             threshold=self.threshold,
@@ -481,6 +620,7 @@ class Run(object):
             previous_error=update.loaded_error,
             ledger_path=_ledger.ledger_path(params["state_dir"]),
             ledger_entries=written,
+            settled=settled,
             hypeman_running=None if processes is None else bool(processes),
             hypeman_processes=processes or [],
         )
@@ -512,7 +652,7 @@ def check_inputs(module):
         for text in params["vf_addresses"]:
             _store.normalize_vf_address(text)
     if has_parent:
-        _store.normalize_vf_address(params["parent_gpu"])
+        card_address(params)
 
 
 def body(module):
@@ -536,6 +676,7 @@ def main():
             backup=dict(type="bool", default=False),
             requested_by=dict(type="str"),
             job_id=dict(type="str"),
+            allow_absent=dict(type="bool", default=False),
         ),
         mutually_exclusive=[("vf_addresses", "parent_gpu")],
         required_if=[("state", "failed", ("instance_id", "assigned_at")),

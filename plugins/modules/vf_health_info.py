@@ -75,7 +75,11 @@ format:
   type: str
   sample: v1
 valid:
-  description: Whether hypeman loads the store. When false hypeman disables vGPU placement.
+  description:
+    - Whether hypeman loads the store. When false hypeman disables vGPU placement.
+    - Also false when this collection refuses the path itself (a symlink, dangling or not, a FIFO, socket,
+      device, directory, a file over 64 MiB, or a store directory that is a symlink). Nothing is read
+      through it and RV(error) says what it is.
   returned: always
   type: bool
   sample: true
@@ -84,8 +88,18 @@ error:
   returned: always
   type: str
   sample: "validate VF health state: unsupported version 0"
+write_error:
+  description:
+    - For a store hypeman loads, hypeman's error for writing it back, or null. Go loads a time with a UTC
+      offset of V(+24:00) but cannot write one, so hypeman then fails every report (and rolls it back), and
+      when its load re-evaluation has something to quarantine (RV(would_quarantine) is not empty) it
+      disables vGPU placement with this error.
+    - C(state=repaired) of M(hypeman.vgpu.vf_health) rewrites such a store with the same instants in UTC.
+  returned: always
+  type: str
+  sample: null
 symlink:
-  description: Whether the store file is a symlink (this collection refuses to write through it).
+  description: Whether the store file is a symlink (this collection neither reads nor writes through it).
   returned: always
   type: bool
   sample: false
@@ -103,7 +117,9 @@ records:
       type: list
       elements: dict
     quarantined_at:
-      description: When the VF was quarantined, or null.
+      description:
+        - When the VF was quarantined, or null. Times read as Go prints them (a time Go cannot marshal keeps
+          its written offset, see RV(write_error)).
       type: str
   sample: []
 quarantined:
@@ -169,7 +185,16 @@ ledger:
       description: Lines that are not valid entries, as C({line, error}); they are skipped.
       type: list
       elements: dict
-  sample: {"path": "/var/lib/hypeman-vgpu/ledger.jsonl", "exists": false, "total": 0, "entries": [], "problems": []}
+    pending:
+      description:
+        - Write-ahead intents of M(hypeman.vgpu.vf_health) runs killed before they finished, not yet settled, as
+          C({run_id, line, time, entries, found, outcome}). C(outcome) is what the next
+          M(hypeman.vgpu.vf_health) run will do with it (V(commit) when the store shows the change, else V(abort));
+          RV(owned) already counts it that way.
+      type: list
+      elements: dict
+  sample: {"path": "/var/lib/hypeman-vgpu/ledger.jsonl", "exists": false, "total": 0, "entries": [], "problems": [],
+           "pending": []}
 """
 
 from ansible.module_utils.basic import AnsibleModule
@@ -196,6 +221,7 @@ def body(module):
         format=store.format,
         valid=store.valid,
         error=store.error,
+        write_error=store.marshal_error(),
         symlink=store.is_symlink,
         records=store.to_data(),
         quarantined=store.quarantined(),
@@ -206,7 +232,8 @@ def body(module):
         owned=_ledger.owned_quarantines(ledger, store),
         recoverable=recoverable,
         ledger=dict(path=ledger.path, exists=ledger.exists, total=len(ledger.entries),
-                    entries=ledger.recent(params["ledger_entries"]), problems=ledger.problems),
+                    entries=ledger.recent(params["ledger_entries"]), problems=ledger.problems,
+                    pending=[intent.summary(intent.decide(store)) for intent in ledger.pending()]),
     )
 
 

@@ -147,3 +147,11 @@ def test_marshal_failures_like_go():
         format_rfc3339nano(parse_rfc3339("2026-08-20T15:04:05+24:00"))
     with pytest.raises(ValueError):
         format_rfc3339nano(to_utc(parse_rfc3339("0000-01-01T00:00:00+01:00")))  # year -1 in UTC
+
+
+def test_non_strict_format_is_gos_format_which_never_fails():
+    assert format_rfc3339nano(parse_rfc3339("2026-08-20T15:04:05.5+24:00"), strict=False) == "2026-08-20T15:04:05.5+24:00"
+    assert format_rfc3339nano(parse_rfc3339("2026-08-20T15:04:05-23:60"), strict=False) == "2026-08-20T15:04:05-24:00"
+    assert format_rfc3339nano(to_utc(parse_rfc3339("0000-01-01T00:00:00+01:00")), strict=False) == (
+        "-0001-12-31T23:00:00Z")
+    assert format_rfc3339nano(parse_rfc3339("2026-08-20T15:04:05Z"), strict=False) == "2026-08-20T15:04:05Z"

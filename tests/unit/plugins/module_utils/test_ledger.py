@@ -4,6 +4,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import stat
@@ -43,15 +44,18 @@ def test_make_entry_fields():
         _ledger.make_entry("clear", VF, trigger="whim")
 
 
-def test_append_creates_dir_and_file_with_modes_and_appends(tmp_path):
-    state_dir = str(tmp_path / "state")
-    old_umask = os.umask(0)
+@pytest.mark.parametrize("umask", [0, 0o022, 0o077])
+def test_append_creates_dir_and_file_with_modes_and_appends(tmp_path, umask):
+    state_dir = str(tmp_path / "var" / "lib" / "state")
+    old_umask = os.umask(umask)
     try:
         path = _ledger.append_entries(state_dir, [entry()])
     finally:
         os.umask(old_umask)
-    assert stat.S_IMODE(os.stat(state_dir).st_mode) == 0o750
-    assert stat.S_IMODE(os.stat(path).st_mode) == 0o640
+    # Missing parents too: never world-writable, whatever the umask.
+    for directory in (state_dir, os.path.dirname(state_dir), str(tmp_path / "var")):
+        assert stat.S_IMODE(os.stat(directory).st_mode) == 0o700, directory
+    assert stat.S_IMODE(os.stat(path).st_mode) == 0o600
     _ledger.append_entries(state_dir, [entry("clear", quarantined_at=None), entry(vf="0000:82:00.5")])
     with open(path) as handle:
         lines = handle.read().splitlines()
@@ -79,10 +83,21 @@ def test_corrupt_lines_are_reported_not_fatal(tmp_path):
     assert ledger.problems[1]["error"] == "not a JSON object"
     assert ledger.problems[2]["error"] == "unknown action 'explode'"
     assert ledger.problems[4]["error"] == "vf_address is not a string"
-    # The next append starts on its own line after the torn one.
+    assert ledger.problems[-1]["error"].startswith("torn last line (an interrupted append")
+    # The next append cuts the torn line off and starts where it began.
     _ledger.append_entries(str(state_dir), [entry(vf="0000:82:00.6")])
     ledger = _ledger.read_ledger(str(state_dir))
-    assert ledger.entries[-1]["vf_address"] == "0000:82:00.6" and ledger.entries[-1]["line"] == 9
+    assert ledger.entries[-1]["vf_address"] == "0000:82:00.6" and ledger.entries[-1]["line"] == 8
+    assert [p["line"] for p in ledger.problems] == [2, 3, 4, 5, 6]
+    assert (state_dir / "ledger.jsonl").read_text().endswith("}\n") and "vf_addr\"" not in (
+        state_dir / "ledger.jsonl").read_text().splitlines()[-2]
+
+
+def test_whole_but_unterminated_last_line_is_kept(tmp_path):
+    (tmp_path / "ledger.jsonl").write_text(json.dumps(entry()))
+    _ledger.append_entries(str(tmp_path), [entry(vf="0000:82:00.6")])
+    ledger = _ledger.read_ledger(str(tmp_path))
+    assert [e["vf_address"] for e in ledger.entries] == [VF, "0000:82:00.6"] and ledger.problems == []
 
 
 def test_missing_ledger_is_empty(tmp_path):
@@ -103,6 +118,39 @@ def test_symlinked_ledger_is_refused(tmp_path):
     with pytest.raises(VgpuError) as err:
         _ledger.append_entries(str(tmp_path), [entry()])
     assert "symlink" in err.value.msg and not target.exists()
+
+
+def test_symlinked_state_dir_is_refused_for_reading_and_appending(tmp_path):
+    real = tmp_path / "real"
+    real.mkdir()
+    (real / "ledger.jsonl").write_text(json.dumps(entry()) + "\n")
+    link = tmp_path / "state"
+    os.symlink(str(real), str(link))
+    for call in (lambda: _ledger.read_ledger(str(link)), lambda: _ledger.append_entries(str(link), [entry()])):
+        with pytest.raises(VgpuError) as err:
+            call()
+        assert "state directory %s: it is a symlink" % link in err.value.msg
+    assert len((real / "ledger.jsonl").read_text().splitlines()) == 1
+
+
+@pytest.mark.parametrize("kind", ["fifo", "dir", "symlink-to-device", "dangling-symlink"])
+def test_hostile_ledger_is_refused_without_blocking(tmp_path, kind):
+    path = tmp_path / "ledger.jsonl"
+    if kind == "fifo":
+        os.mkfifo(str(path))
+    elif kind == "dir":
+        path.mkdir()
+    elif kind == "symlink-to-device":
+        os.symlink("/dev/zero", str(path))
+    else:
+        os.symlink(str(tmp_path / "nowhere"), str(path))
+    with pytest.raises(VgpuError) as err:
+        _ledger.read_ledger(str(tmp_path))
+    assert str(path) in err.value.msg
+    with pytest.raises(VgpuError) as err:
+        _ledger.append_entries(str(tmp_path), [entry()])
+    assert str(path) in err.value.msg
+    assert not (tmp_path / "nowhere").exists()
 
 
 def test_append_fsyncs(tmp_path, monkeypatch):
@@ -168,3 +216,125 @@ def test_default_user(monkeypatch):
     monkeypatch.delenv("LOGNAME")
     monkeypatch.setattr(_ledger.os, "geteuid", lambda: 0)
     assert _ledger.default_user() == "root"
+
+
+# --- write-ahead intents -----------------------------------------------------------------------
+
+STORE_BEFORE = b'{"version":1,"records":[]}'
+
+
+def store_bytes(**quarantines):
+    return store_with(**quarantines).to_bytes()
+
+
+def parsed(data):
+    from ansible_collections.hypeman.vgpu.plugins.module_utils._store import parse_store_bytes
+    return parse_store_bytes("/x/gpu/vf-health.json", data)
+
+
+def intent_for(run_id="run-1", entries=None, after=None, expect=None):
+    entries = [entry()] if entries is None else entries
+    after = store_bytes(**{VF: T1}) if after is None else after
+    return _ledger.make_intent(run_id, entries, _ledger.store_digest(parsed(STORE_BEFORE)),
+                               hashlib.sha256(after).hexdigest(), expect or {VF: T1}, now=T2)
+
+
+def write_lines(state_dir, *lines):
+    os.makedirs(str(state_dir), exist_ok=True)
+    with open(os.path.join(str(state_dir), "ledger.jsonl"), "a") as handle:
+        for line in lines:
+            handle.write((line if isinstance(line, str) else json.dumps(line)) + "\n")
+
+
+def test_intent_status_from_what_follows_it(tmp_path):
+    write_lines(tmp_path, intent_for("a"), intent_for("b"), entry(), intent_for("c"),
+                {"action": "abort", "run_id": "c", "time": "2026-08-21T00:00:00Z"})
+    ledger = _ledger.read_ledger(str(tmp_path))
+    # entry() has run_id "run-1", not a/b/c: all three intents are unsettled or aborted.
+    assert [(i.run_id, i.status, i.line) for i in ledger.intents] == [
+        ("a", "pending", 1), ("b", "pending", 2), ("c", "aborted", 4)]
+    assert [i.run_id for i in ledger.pending()] == ["a", "b"]
+    assert [e["line"] for e in ledger.entries] == [3] and ledger.problems == []
+    write_lines(tmp_path, dict(entry(), run_id="a"))
+    ledger = _ledger.read_ledger(str(tmp_path))
+    assert [i.status for i in ledger.intents] == ["committed", "pending", "aborted"]
+
+
+@pytest.mark.parametrize("store_content, outcome", [
+    (store_bytes(**{VF: T1}), "commit"),                          # exactly what the run wrote
+    (STORE_BEFORE, "abort"),                                      # exactly what it read
+    (store_bytes(**{VF: T1, "0000:82:00.5": T2}), "commit"),      # changed since, our quarantine still there
+    (store_bytes(**{VF: T2}), "abort"),                           # changed since, someone else's quarantine
+    (b"not json", "abort"),
+])
+def test_intent_decided_against_the_store(store_content, outcome):
+    ledger = _ledger.parse_ledger("p", (json.dumps(intent_for()) + "\n").encode())
+    assert ledger.pending()[0].decide(parsed(store_content)) == outcome
+
+
+def test_intent_with_some_entries_found_is_committed_whatever_the_store(tmp_path):
+    entries = [entry(), entry(vf="0000:82:00.5")]
+    write_lines(tmp_path, intent_for("r", entries=[dict(e, run_id="r") for e in entries]),
+                dict(entries[0], run_id="r"))
+    ledger = _ledger.read_ledger(str(tmp_path))
+    intent = ledger.pending()[0]
+    assert intent.found == 1 and intent.decide(parsed(STORE_BEFORE)) == "commit"
+    assert [e["vf_address"] for e in intent.missing_entries()] == ["0000:82:00.5"]
+
+
+def test_pending_intent_counts_for_ownership_as_settling_would_decide(tmp_path):
+    write_lines(tmp_path, dict(intent_for("r", entries=[dict(entry(), run_id="r")])))
+    ledger = _ledger.read_ledger(str(tmp_path))
+    assert ledger.entries == [] and ledger.latest_by_vf() == {}
+    assert _ledger.owned_quarantines(ledger, parsed(store_bytes(**{VF: T1}))) == [VF]
+    assert _ledger.owned_quarantines(ledger, parsed(STORE_BEFORE)) == []
+
+
+def test_settle_appends_missing_entries_or_an_abort_once(tmp_path):
+    write_lines(tmp_path, intent_for("r1", entries=[dict(entry(), run_id="r1")]),
+                intent_for("r2", entries=[dict(entry(vf="0000:82:00.5", quarantined_at=T2), run_id="r2")],
+                           after=store_bytes(**{"0000:82:00.5": T2}), expect={"0000:82:00.5": T2}))
+    store = parsed(store_bytes(**{VF: T1}))  # r1's change is there; r2's expectations are not met
+    ledger = _ledger.read_ledger(str(tmp_path))
+    preview = _ledger.settle(ledger, str(tmp_path), store, "settler", check_mode=True)
+    assert [(s["run_id"], s["outcome"]) for s in preview] == [("r1", "commit"), ("r2", "abort")]
+    assert _ledger.read_ledger(str(tmp_path)).pending() != []  # check mode wrote nothing
+    settled = _ledger.settle(_ledger.read_ledger(str(tmp_path)), str(tmp_path), store, "settler")
+    assert settled == preview
+    ledger = _ledger.read_ledger(str(tmp_path))
+    assert ledger.pending() == [] and [i.status for i in ledger.intents] == ["committed", "aborted"]
+    assert [(e["run_id"], e["settled_by"]) for e in ledger.entries] == [("r1", "settler")]
+    assert _ledger.owned_quarantines(ledger, store) == [VF]
+    assert _ledger.settle(ledger, str(tmp_path), store, "again") == []
+
+
+@pytest.mark.parametrize("line, error", [
+    ({"action": "intent", "run_id": "", "entries": [], "expect": {}}, "intent without a run_id"),
+    ({"action": "intent", "run_id": "r", "entries": "x", "expect": {}}, "intent without entries or expect"),
+    ({"action": "intent", "run_id": "r", "entries": [{"action": "boom"}], "expect": {}},
+     "intent entry: unknown action 'boom'"),
+    ({"action": "intent", "run_id": "r", "entries": [], "expect": {VF: "soon"}}, "intent expect 0000:82:00.4"),
+    ({"action": "abort", "run_id": "nobody"}, "abort of run nobody, which has no intent before it"),
+    ({"action": "quarantine", "run_id": ["not", "hashable"]}, "run_id is not a string"),
+    ("[" * 100000 + "]" * 100000, "not JSON"),
+])
+def test_bad_intent_lines_are_problems_not_crashes(tmp_path, line, error):
+    write_lines(tmp_path, line, entry())
+    ledger = _ledger.read_ledger(str(tmp_path))
+    assert ledger.problems[0]["line"] == 1 and error in ledger.problems[0]["error"]
+    assert [e["line"] for e in ledger.entries] == [2]
+
+
+def test_second_intent_of_a_run_is_a_problem(tmp_path):
+    write_lines(tmp_path, intent_for("r"), intent_for("r"))
+    ledger = _ledger.read_ledger(str(tmp_path))
+    assert len(ledger.intents) == 1 and ledger.problems == [{"line": 2, "error": "second intent of run r"}]
+
+
+def test_old_ledger_without_intents_reads_as_before(tmp_path):
+    old = [entry(), entry("clear", quarantined_at=None), entry(vf="0000:82:00.5")]
+    write_lines(tmp_path, *old)
+    ledger = _ledger.read_ledger(str(tmp_path))
+    assert [dict((k, v) for k, v in e.items() if k != "line") for e in ledger.entries] == old
+    assert ledger.intents == [] and ledger.problems == []
+    assert ledger.latest_by_vf(parsed(STORE_BEFORE)) == ledger.latest_by_vf()

@@ -406,7 +406,47 @@ def test_unmarshallable_loaded_offset_fails_like_hypemans_marshal():
     assert store.valid
     with pytest.raises(VgpuError) as err:
         store.to_bytes()
-    assert "marshal VF health state" in err.value.msg
+    expected = ("marshal VF health state: json: error calling MarshalJSON for type *time.Time: "
+                "Time.MarshalJSON: timezone hour outside of range [0,23]")
+    assert expected in err.value.msg and err.value.details["store_error"] == expected
+    assert store.marshal_error() == expected
+
+
+PLUS_24 = ('"failures":[{"instance_id":"a","reported_at":"2026-08-20T17:00:42.5+02:00"}],'
+           '"quarantined_at":"2025-01-01T00:00:00+24:00"')
+
+
+def test_unmarshallable_time_reads_as_go_formats_it():
+    store = store_of(doc(record_json(extra=PLUS_24)))
+    assert store.valid and store.to_data()[0]["quarantined_at"] == "2025-01-01T00:00:00+24:00"
+    assert store.to_data()[0]["failures"][0]["reported_at"] == "2026-08-20T17:00:42.5+02:00"
+
+
+def test_unmarshallable_failure_time_names_go_value_type():
+    bad = ('{"version":1,"records":[{"vf_address":"0000:82:00.4","failures":[{"instance_id":"a",'
+           '"reported_at":"2026-08-20T15:00:00-23:60"}]}]}').encode()
+    store = store_of(bad)
+    assert store.valid and store.marshal_error() == (
+        "marshal VF health state: json: error calling MarshalJSON for type time.Time: "
+        "Time.MarshalJSON: timezone hour outside of range [0,23]")
+    assert store.to_data()[0]["failures"][0]["reported_at"] == "2026-08-20T15:00:00-24:00"
+
+
+def test_rewrite_in_utc_keeps_instants_and_only_touches_bad_times():
+    store = store_of(doc(record_json(extra=PLUS_24)))
+    before = dict(store.records)
+    store.rewrite_in_utc()
+    assert store.rewrite and store.records == before  # same instants
+    assert store.marshal_error() is None
+    data = store.to_data()[0]
+    assert data["quarantined_at"] == "2024-12-31T00:00:00Z"
+    assert data["failures"][0]["reported_at"] == "2026-08-20T17:00:42.5+02:00"  # Go can write it: kept
+    assert store_of(store.to_bytes()).records == before
+
+
+def test_marshal_error_is_none_for_writable_and_invalid_stores():
+    assert store_of(doc(record_json())).marshal_error() is None
+    assert store_of(b"[]").marshal_error() is None
 
 
 # --- semantics: hypeman's own scenarios (vf_health_test.go) -----------------------------------

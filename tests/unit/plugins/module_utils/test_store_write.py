@@ -169,7 +169,8 @@ def test_write_follows_hypemans_order(data_dir, monkeypatch):
         fd = real_open(name, flags, mode, **kwargs)
         names[fd] = name
         if name.endswith(".tmp"):
-            trace.append(("open", os.path.basename(name), flags & os.O_CREAT != 0, mode))
+            trace.append(("open", os.path.basename(name), flags & os.O_CREAT != 0, mode,
+                          kwargs.get("dir_fd") is not None))
         return fd
 
     def fake_fsync(fd):
@@ -181,9 +182,9 @@ def test_write_follows_hypemans_order(data_dir, monkeypatch):
             trace.append(("write", len(data)))
         return real_write(fd, data)
 
-    def fake_rename(src, dst):
-        trace.append(("rename", os.path.basename(src), os.path.basename(dst)))
-        return real_rename(src, dst)
+    def fake_rename(src, dst, **kwargs):
+        trace.append(("rename", os.path.basename(src), os.path.basename(dst), sorted(kwargs)))
+        return real_rename(src, dst, **kwargs)
 
     monkeypatch.setattr(_store_write.os, "open", fake_open)
     monkeypatch.setattr(_store_write.os, "fsync", fake_fsync)
@@ -191,14 +192,14 @@ def test_write_follows_hypemans_order(data_dir, monkeypatch):
     monkeypatch.setattr(_store_write.os, "rename", fake_rename)
     result = update_store(path, quarantine)
     monkeypatch.undo()
-    gpu = os.path.dirname(path)
+    # Every step goes through the directories held open (names are relative to their fds).
     assert trace == [
-        ("fsync", data_dir),                      # the gpu dir's parent
-        ("open", "vf-health.json.tmp", True, 0o644),
+        ("fsync", os.path.basename(data_dir)),    # the gpu dir's parent
+        ("open", "vf-health.json.tmp", True, 0o644, True),
         ("write", len(result.after)),
-        ("fsync", path + ".tmp"),
-        ("rename", "vf-health.json.tmp", "vf-health.json"),
-        ("fsync", gpu),                           # the gpu dir
+        ("fsync", "vf-health.json.tmp"),
+        ("rename", "vf-health.json.tmp", "vf-health.json", ["dst_dir_fd", "src_dir_fd"]),
+        ("fsync", "gpu"),                         # the gpu dir
     ]
 
 
@@ -251,7 +252,7 @@ def test_faults_before_rename_leave_old_file(data_dir, monkeypatch, name, err_no
 
 def test_unwritable_parent_for_missing_gpu_dir(data_dir, monkeypatch):
     path = store_path(data_dir)
-    _fail_on(monkeypatch, "makedirs", errno.EACCES)
+    _fail_on(monkeypatch, "mkdir", errno.EACCES)
     with pytest.raises(VgpuError) as err:
         update_store(path, quarantine)
     assert "create VF health state dir: Permission denied" in err.value.msg
@@ -272,18 +273,20 @@ def test_gpu_dir_blocked_by_a_file(data_dir):
 def test_dir_fsync_failure_after_rename_is_reported_but_new_state_is_visible(data_dir, monkeypatch):
     path = store_path(data_dir)
     put(path, VALID)
-    gpu = os.path.dirname(path)
-    real_fsync_dir = _store_write._fsync_dir
+    gpu = os.stat(os.path.dirname(path))
+    real_fsync = os.fsync
 
-    def failing(directory):
-        if directory == gpu:
+    def failing(fd):
+        info = os.fstat(fd)
+        if (info.st_dev, info.st_ino) == (gpu.st_dev, gpu.st_ino):
             raise OSError(errno.EIO, os.strerror(errno.EIO))
-        return real_fsync_dir(directory)
+        return real_fsync(fd)
 
-    monkeypatch.setattr(_store_write, "_fsync_dir", failing)
+    monkeypatch.setattr(_store_write.os, "fsync", failing)
     with pytest.raises(VgpuError) as err:
         update_store(path, quarantine)
     assert "was replaced, but syncing its directory failed" in err.value.msg
+    monkeypatch.undo()
     assert load_store(path).quarantined() == ["0000:82:00.4", "0000:82:00.5"]
 
 
@@ -378,3 +381,34 @@ def test_lock_timeout_is_a_clear_error(data_dir):
     finally:
         os.close(fd)
     assert read(path) == VALID
+
+
+def test_gpu_dir_swapped_for_a_symlink_mid_run_cannot_redirect_the_write(tmp_path, data_dir):
+    path = store_path(data_dir)
+    put(path, VALID)
+    put(path + ".lock", b"")  # straight to the locked pass, which holds the gpu dir open
+    gpu = os.path.dirname(path)
+    outside = tmp_path / "outside"
+    outside.mkdir()
+
+    def swap_then_quarantine(store):
+        os.rename(gpu, gpu + ".moved")
+        os.symlink(str(outside), gpu)
+        return quarantine(store)
+
+    update_store(path, swap_then_quarantine)
+    assert os.listdir(str(outside)) == []  # no lock, tmp or store written through the new symlink
+    assert load_store(os.path.join(gpu + ".moved", "vf-health.json")).quarantined() == [VF, "0000:82:00.5"]
+
+
+def test_missing_store_dirs_get_hypemans_modes_whatever_the_umask(tmp_path):
+    path = os.path.join(str(tmp_path), "a", "b", "data", "gpu", "vf-health.json")
+    old_umask = os.umask(0)
+    try:
+        update_store(path, quarantine)
+    finally:
+        os.umask(old_umask)
+    for directory in ("a", "a/b", "a/b/data", "a/b/data/gpu"):
+        assert stat.S_IMODE(os.stat(os.path.join(str(tmp_path), directory)).st_mode) == 0o755, directory
+    assert stat.S_IMODE(os.stat(path).st_mode) == 0o644
+    assert stat.S_IMODE(os.stat(path + ".lock").st_mode) == 0o600

@@ -110,7 +110,15 @@ def write_config(host, text):
 @pytest.mark.parametrize("args, message", [
     (dict(state="quarantined", vf_addresses=["not-a-pci-address"]), "invalid VF address 'not-a-pci-address'"),
     (dict(state="quarantined", vf_addresses=["0000:82:00.4", "0000:82:00.9"]), "invalid VF address '0000:82:00.9'"),
-    (dict(state="quarantined", parent_gpu="82:00"), "invalid VF address '82:00'"),
+    (dict(state="quarantined", parent_gpu="82:00"), "invalid GPU address '82:00': expected a PCI function "
+                                                    "address like 0000:82:00.0"),
+    (dict(state="quarantined", vf_addresses=["0000:82:00.3"]),
+     "state=quarantined refused: not a VF on this host: 0000:82:00.3 (no such device under "),
+    (dict(state="failed", vf_addresses=["0000:82:00.4", "0000:82:00.0"], instance_id="i", assigned_at="a"),
+     "not a VF on this host: 0000:82:00.0 (%(sysfs)s/bus/pci/devices/0000:82:00.0 exists but is not a VF of an "
+     "NVIDIA vGPU card)"),
+    (dict(state="succeeded", vf_addresses=["0000:e3:00.4"], instance_id="i", assigned_at="a"),
+     "not a VF on this host: 0000:e3:00.4"),
     (dict(state="quarantined", vf_addresses=[]), "vf_addresses is empty"),
     (dict(state="failed", vf_addresses=["0000:82:00.4"], instance_id="i", assigned_at="a", threshold=0),
      "threshold is 0; expected a whole number >= 1"),
@@ -127,8 +135,49 @@ def write_config(host, text):
 def test_bad_input_fails_and_changes_nothing(host, capsys, args, message):
     host.put(b'{"version":1,"records":[]}')
     before = host.snapshot()
-    result = host.run(capsys, **args)
-    assert result["failed"] and message in result["msg"], result["msg"]
+    for check_mode in (True, False):
+        result = host.run(capsys, check_mode=check_mode, **args)
+        assert result["failed"] and message % {"sysfs": host.tree.sysfs_root} in result["msg"], result["msg"]
+        assert "invalid VF address" not in result["msg"] or "parent_gpu" not in args
+    assert host.snapshot() == before
+
+
+def test_allow_absent_records_a_vf_not_on_the_host_with_a_warning(host, capsys):
+    ghost = "0000:e3:00.4"
+    result = host.run(capsys, state="quarantined", vf_addresses=[ghost, host.vfs[0]], allow_absent=True,
+                      reason="card out for repair")
+    assert result["changed"] and result["absent_vfs"] == [ghost]
+    assert host.store().quarantined() == sorted([ghost, host.vfs[0]])
+    assert "not on this host (allow_absent=true): 0000:e3:00.4 (no such device under" in warnings_of(result)
+    result = host.run(capsys, state="quarantined", vf_addresses=[host.vfs[0]])
+    assert (result["changed"], result["absent_vfs"], result["warning_texts"]) == (False, [], [])
+
+
+def test_absent_and_ledger_only_vfs_need_no_host_vf(host, capsys):
+    ghost = "0000:e3:00.4"
+    host.run(capsys, state="quarantined", vf_addresses=[ghost], allow_absent=True)
+    # Removing a record never needs the VF on the host.
+    assert host.run(capsys, state="absent", vf_addresses=[ghost])["outcomes"] == {ghost: "cleared"}
+    # A card whose SR-IOV is off: its VFs are known from the ledger only, and a drain still covers them.
+    host.run(capsys, state="quarantined", parent_gpu=CARD)
+    host.run(capsys, state="absent", parent_gpu=CARD)
+    host.tree.remove_vfs(CARD)
+    result = host.run(capsys, state="quarantined", parent_gpu=CARD)
+    assert result["changed"] and result["absent_vfs"] == [] and host.store().quarantined() == sorted(host.vfs)
+
+
+def test_parent_gpu_of_another_vendor_is_refused(host, capsys):
+    other = "0000:3b:00.0"
+    host.tree.add_device(other, vendor="0x8086", pci_class="0x020000", driver="ice", sriov_totalvfs=4)
+    vf = "0000:3b:00.4"
+    os.makedirs(os.path.join(host.tree.sysfs_root, "devices", "pci0000:00", vf))
+    os.symlink(os.path.join(host.tree.sysfs_root, "devices", "pci0000:00", vf),
+               os.path.join(host.tree.sysfs_root, "bus", "pci", "devices", vf))
+    os.symlink("../" + vf, os.path.join(host.tree.sysfs_root, "bus", "pci", "devices", other, "virtfn0"))
+    before = host.snapshot()
+    result = host.run(capsys, state="quarantined", parent_gpu=other)
+    assert result["failed"] and "0000:3b:00.4 (%s/bus/pci/devices/0000:3b:00.4 exists but is not a VF of an " \
+        "NVIDIA vGPU card)" % host.tree.sysfs_root in result["msg"]
     assert host.snapshot() == before
 
 
@@ -204,23 +253,92 @@ def test_threshold_option_and_config(host, capsys):
     assert result["outcomes"] == {vf: "recorded"} and result["threshold_source"] == "option"
 
 
-def test_lowered_threshold_reevaluates_only_when_writing(host, capsys):
+def test_lowered_threshold_reevaluation_is_persisted_by_any_run(host, capsys):
     vf, other = host.vfs[0], host.vfs[1]
     for instance in ("i1", "i2"):
         fail(host, capsys, vf, instance, threshold=5)
     before = host.raw()
-    # An operation that changes nothing does not write the re-evaluation either.
+    # The requested change is a no-op, but hypeman at threshold 2 would quarantine vf at load: so do we.
+    result = host.run(capsys, check_mode=True, state="absent", vf_addresses=[other], threshold=2)
+    assert (result["changed"], result["reevaluated"], result["outcomes"]) == (True, [vf], {other: "unchanged"})
+    assert host.raw() == before
+    result = host.run(capsys, state="absent", vf_addresses=[other], threshold=2)
+    assert (result["changed"], result["reevaluated"], result["outcomes"]) == (True, [vf], {other: "unchanged"})
+    assert host.store().quarantined() == [vf]
+    assert [(e["vf_address"], e["trigger"]) for e in host.ledger().entries] == [(vf, "reevaluation")]
+    # Idempotent: nothing is left to re-evaluate.
     result = host.run(capsys, state="absent", vf_addresses=[other], threshold=2)
     assert (result["changed"], result["reevaluated"]) == (False, [])
-    assert host.raw() == before
-    # hypeman's order: re-evaluate first, so a further failure on vf is "unchanged" (already quarantined)...
+    # hypeman's order: re-evaluate first, so a further failure on vf is "unchanged" (already quarantined).
     result = fail(host, capsys, vf, "i3", threshold=2)
     assert (result["changed"], result["outcomes"]) == (False, {vf: "unchanged"})
-    # ...and a write for another VF carries the re-evaluation with it.
-    result = fail(host, capsys, other, "x", threshold=2)
-    assert result["changed"] and result["reevaluated"] == [vf]
-    assert host.store().quarantined() == [vf]
-    assert [e["trigger"] for e in host.ledger().entries] == ["reevaluation"]
+
+
+def test_reevaluation_survives_a_later_threshold_change(host, capsys):
+    """Issue 12: t=2 fail X(A); t=1 fail X(B); t=2 fail Y leaves X quarantined, as in hypeman."""
+    x, y = host.vfs[0], host.vfs[1]
+    assert fail(host, capsys, x, "A", threshold=2)["outcomes"] == {x: "recorded"}
+    result = fail(host, capsys, x, "B", threshold=1)
+    # hypeman at threshold 1 quarantines X at load; B's report then finds it quarantined.
+    assert (result["changed"], result["outcomes"], result["reevaluated"]) == (True, {x: "unchanged"}, [x])
+    assert fail(host, capsys, x, "B", threshold=1)["changed"] is False
+    result = fail(host, capsys, y, "C", threshold=2)
+    assert result["outcomes"] == {y: "recorded"}
+    assert host.store().quarantined() == [x] and host.store().failure_count(x) == 1
+
+
+@pytest.mark.parametrize("args, outcome, clear_trigger", [
+    (dict(state="succeeded", instance_id="i-a", assigned_at="T1"), "rescinded", "success"),
+    (dict(state="absent", owned_only=False), "cleared", "manual"),
+])
+def test_vf_reevaluated_and_removed_by_the_same_run_is_logged(host, capsys, args, outcome, clear_trigger):
+    """Issue 12: the run that re-evaluates a VF into quarantine and removes it again logs both, no crash."""
+    vf = host.vfs[0]
+    host.run(capsys, state="failed", vf_addresses=[vf], instance_id="i-a", assigned_at="T1", threshold=2)
+    result = host.run(capsys, vf_addresses=[vf], threshold=1, **args)
+    assert not result.get("failed"), result.get("msg")
+    assert (result["changed"], result["outcomes"], result["reevaluated"]) == (True, {vf: outcome}, [vf])
+    assert host.raw() == b'{\n  "version": 1,\n  "records": []\n}'
+    entries = host.ledger().entries
+    assert [(e["action"], e["trigger"], e["vf_address"]) for e in entries] == [
+        ("quarantine", "reevaluation", vf), ("clear", clear_trigger, vf)]
+    assert entries[0]["quarantined_at"] is not None and result["ledger_entries"] == [
+        dict((k, v) for k, v in e.items() if k != "line") for e in entries]
+    again = host.run(capsys, vf_addresses=[vf], threshold=1, **args)
+    assert (again["changed"], again["outcomes"]) == (False, {vf: "unchanged"})
+
+
+PLUS_24 = ('{"version":1,"records":[{"vf_address":"%s","failures":[{"instance_id":"a",'
+           '"reported_at":"2026-08-20T15:00:00Z"}],"quarantined_at":"2025-01-01T00:00:00+24:00"}]}')
+
+
+def test_store_go_loads_but_cannot_marshal(host, capsys):
+    """Issue 12: a time Go loads but cannot marshal: no traceback, hypeman's answers."""
+    vf, other = host.vfs[0], host.vfs[1]
+    content = (PLUS_24 % vf).encode()
+    host.put(content)
+    # A run that changes nothing reports the store as hypeman holds it.
+    result = host.run(capsys, state="quarantined", vf_addresses=[vf])
+    assert (result["changed"], result["outcomes"]) == (False, {vf: "unchanged"})
+    assert result["records"][0]["quarantined_at"] == "2025-01-01T00:00:00+24:00"
+    # A change fails as hypeman's own write would, and nothing changes.
+    before = host.snapshot()
+    result = fail(host, capsys, other, "i1")
+    assert result["failed"] and host.path in result["msg"]
+    assert result["store_error"] == ("marshal VF health state: json: error calling MarshalJSON for type "
+                                     "*time.Time: Time.MarshalJSON: timezone hour outside of range [0,23]")
+    assert host.snapshot() == before
+    # state=repaired rewrites the same instants in UTC, keeping the backup; ownership of nothing changes.
+    result = host.run(capsys, check_mode=True, state="repaired")
+    assert result["changed"] and host.raw() == content
+    result = host.run(capsys, state="repaired")
+    assert result["changed"] and result["outcomes"] == {}
+    assert result["records"][0]["quarantined_at"] == "2024-12-31T00:00:00Z"
+    with open(result["backup_file"], "rb") as handle:
+        assert handle.read() == content
+    assert [(e["action"], e["vf_address"]) for e in host.ledger().entries] == [("repair", None)]
+    assert host.run(capsys, state="repaired")["changed"] is False
+    assert fail(host, capsys, other, "i1")["outcomes"] == {other: "recorded"}
 
 
 # --- quarantined / absent / ownership --------------------------------------------------------------
@@ -454,18 +572,138 @@ def test_symlinked_store_is_refused_by_the_module(host, capsys, tmp_path):
     assert target.read_bytes() == b'{"version":1,"records":[]}'
 
 
-def test_ledger_append_failure_is_reported_with_changed(host, capsys, monkeypatch):
+def test_ledger_append_failure_after_the_write_is_reported_and_settled_next_run(host, capsys, monkeypatch):
+    real = _ledger.append_entries
+    calls = []
+
+    def second_fails(state_dir, entries):
+        calls.append([e["action"] for e in entries])
+        if len(calls) == 2:
+            raise VgpuError("cannot append to ledger x: disk full")
+        return real(state_dir, entries)
+
+    monkeypatch.setattr(_ledger, "append_entries", second_fails)
+    result = host.run(capsys, state="quarantined", vf_addresses=[host.vfs[0]])
+    monkeypatch.undo()
+    assert calls == [["intent"], ["quarantine"]]
+    assert result["failed"] and result["changed"] is True
+    assert "was changed, but the ledger append failed" in result["msg"] and "next vf_health run" in result["msg"]
+    assert host.store().quarantined() == [host.vfs[0]]
+    # The write-ahead intent already decides ownership; the next run writes the missing entry.
+    assert _ledger.owned_quarantines(host.ledger(), host.store()) == [host.vfs[0]]
+    again = host.run(capsys, state="quarantined", vf_addresses=[host.vfs[0]])
+    assert again["changed"] is False and [s["outcome"] for s in again["settled"]] == ["commit"]
+    ledger = host.ledger()
+    assert ledger.pending() == [] and len(ledger.entries) == 1
+    entry = ledger.entries[0]
+    assert entry["run_id"] == again["settled"][0]["run_id"] and entry["settled_by"] not in (None, entry["run_id"])
+    assert host.run(capsys, state="absent", vf_addresses=[host.vfs[0]])["outcomes"] == {host.vfs[0]: "cleared"}
+
+
+def test_intent_append_failure_changes_nothing(host, capsys, monkeypatch):
     def broken(state_dir, entries):
         raise VgpuError("cannot append to ledger x: disk full")
 
     monkeypatch.setattr(_ledger, "append_entries", broken)
+    before = host.snapshot()
     result = host.run(capsys, state="quarantined", vf_addresses=[host.vfs[0]])
-    assert result["failed"] and result["changed"] is True
-    assert "was changed, but the ledger append failed" in result["msg"]
-    assert host.store().quarantined() == [host.vfs[0]]
+    assert result["failed"] and not result.get("changed")
+    assert "nothing was changed: the ledger's write-ahead intent could not be written" in result["msg"]
+    after = host.snapshot()
+    # Only what taking the store lock needs was created: no store, no temporary file, no ledger.
+    assert set(after) - set(before) <= {host.tree.data_dir, os.path.dirname(host.path), host.path + ".lock"}
+    assert dict((k, v) for k, v in after.items() if k in before) == before and host.raw() is None
 
 
 def test_requested_by_defaults_to_the_host_user(host, capsys, monkeypatch):
     monkeypatch.setenv("SUDO_USER", "carol")
     host.run(capsys, state="quarantined", vf_addresses=[host.vfs[0]])
     assert host.ledger().entries[0]["user"] == "carol"
+
+
+# --- crash consistency: a run killed at any instant loses no ownership -------------------------
+
+class Killed(BaseException):
+    """Stands in for SIGKILL: no except clause of the module catches it (finally blocks still run)."""
+
+
+def killed_run(host, capsys, monkeypatch, where, **args):
+    """Run vf_health, "killed" at ``where``: ``before-rename`` or ``after-rename`` (before the entries)."""
+    if where == "before-rename":
+        real = os.rename
+
+        def rename(*a, **kw):
+            raise Killed()
+        monkeypatch.setattr(os, "rename", rename)
+    else:
+        real = _ledger.append_entries
+        calls = []
+
+        def append(state_dir, entries):
+            calls.append(entries)
+            if len(calls) == 2:
+                raise Killed()
+            return real(state_dir, entries)
+        monkeypatch.setattr(_ledger, "append_entries", append)
+    with pytest.raises(Killed):
+        host.run(capsys, **args)
+    monkeypatch.undo()
+    capsys.readouterr()
+
+
+@pytest.mark.parametrize("where", ["before-rename", "after-rename"])
+def test_killed_drain_keeps_exact_ownership(host, capsys, monkeypatch, where):
+    vf = host.vfs[0]
+    killed_run(host, capsys, monkeypatch, where, state="quarantined", vf_addresses=[vf], reason="drain")
+    ledger = host.ledger()
+    assert len(ledger.pending()) == 1 and ledger.entries == []
+    written = where == "after-rename"
+    assert host.store().quarantined() == ([vf] if written else [])
+    assert os.path.exists(host.path + ".tmp") is (not written)  # a killed writer's leftover
+    # Before anything is settled on disk, readers already decide the intent against the store.
+    assert _ledger.owned_quarantines(host.ledger(), host.store()) == ([vf] if written else [])
+    # Re-running the task settles the intent first, then does (or finds done) the drain.
+    result = host.run(capsys, state="quarantined", vf_addresses=[vf], reason="drain")
+    assert [s["outcome"] for s in result["settled"]] == ["commit" if written else "abort"]
+    assert result["changed"] is (not written) and host.store().quarantined() == [vf]
+    assert not os.path.exists(host.path + ".tmp")
+    ledger = host.ledger()
+    assert ledger.pending() == [] and _ledger.owned_quarantines(ledger, host.store()) == [vf]
+    assert [(e["action"], e["trigger"]) for e in ledger.entries] == [("quarantine", "manual")]
+    assert ledger.entries[0]["quarantined_at"] == host.store().to_data()[0]["quarantined_at"]
+    again = host.run(capsys, state="quarantined", vf_addresses=[vf], reason="drain")
+    assert (again["changed"], again["settled"]) == (False, [])
+    # owned_only treats the drain as ours.
+    assert host.run(capsys, state="absent", vf_addresses=[vf])["outcomes"] == {vf: "cleared"}
+
+
+@pytest.mark.parametrize("where", ["before-rename", "after-rename"])
+def test_killed_undrain_keeps_exact_ownership(host, capsys, monkeypatch, where):
+    vf = host.vfs[0]
+    host.run(capsys, state="quarantined", vf_addresses=[vf], reason="drain")
+    killed_run(host, capsys, monkeypatch, where, state="absent", vf_addresses=[vf])
+    written = where == "after-rename"
+    assert host.store().quarantined() == ([] if written else [vf])
+    assert _ledger.owned_quarantines(host.ledger(), host.store()) == ([] if written else [vf])
+    check = host.run(capsys, check_mode=True, state="absent", vf_addresses=[vf])
+    assert [s["outcome"] for s in check["settled"]] == ["commit" if written else "abort"]
+    assert len(host.ledger().pending()) == 1  # check mode settles nothing on disk
+    result = host.run(capsys, state="absent", vf_addresses=[vf])
+    assert result["outcomes"] == {vf: "unchanged" if written else "cleared"}
+    assert host.store().records == {} and host.ledger().pending() == []
+    assert [e["action"] for e in host.ledger().entries] == ["quarantine", "clear"]
+
+
+def test_write_failure_before_rename_aborts_its_own_intent(host, capsys, monkeypatch):
+    vf = host.vfs[0]
+    real = os.rename
+
+    def failing(*a, **kw):
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    monkeypatch.setattr(os, "rename", failing)
+    result = host.run(capsys, state="quarantined", vf_addresses=[vf])
+    monkeypatch.setattr(os, "rename", real)
+    assert result["failed"] and "previous file is unchanged" in result["msg"]
+    ledger = host.ledger()
+    assert ledger.pending() == [] and [i.status for i in ledger.intents] == ["aborted"] and ledger.entries == []

@@ -5,6 +5,7 @@
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 
 import pytest
@@ -64,7 +65,7 @@ def test_missing_store(info, capsys):
         "quarantined": [], "failure_counts": {}, "would_quarantine": [], "owned": [], "recoverable": [],
         "threshold": 2, "threshold_source": "default", "symlink": False}
     assert result["ledger"] == {"path": os.path.join(info.state_dir, "ledger.jsonl"), "exists": False, "total": 0,
-                                "entries": [], "problems": []}
+                                "entries": [], "problems": [], "pending": []}
     assert not os.path.exists(info.data_dir) and not os.path.exists(info.state_dir)
 
 
@@ -140,10 +141,46 @@ def test_bad_input(info, capsys, args, message):
     assert result["failed"] and message in result["msg"]
 
 
-def test_symlinked_store_is_read_and_flagged(info, capsys, tmp_path):
+def test_symlinked_store_is_refused_and_nothing_of_its_target_shown(info, capsys, tmp_path):
     target = tmp_path / "elsewhere.json"
-    target.write_bytes(STORE)
+    target.write_bytes(b'{"version":1,"records":[{"vf_address":"0000:82:00.4","quarantined_at":"x"}]} secret')
     os.makedirs(os.path.dirname(info.path))
     os.symlink(str(target), info.path)
     result = info.run(capsys)
-    assert result["symlink"] is True and result["valid"] is True  # hypeman reads through it
+    assert result["symlink"] is True and result["valid"] is False and result["exists"] is True
+    assert result["error"] == ("read VF health state: %s is a symlink to \"%s\"; this collection reads and writes "
+                               "only the file itself, never through a symlink" % (info.path, target))
+    assert (result["records"], result["recoverable"], result["quarantined"]) == ([], [], [])
+    assert "secret" not in str(result) and "0000:82:00.4" not in str(result)
+
+
+def test_store_go_loads_but_cannot_marshal(info, capsys):
+    """Issue 12: no traceback; valid (hypeman loads it), the time as Go prints it, and the write error."""
+    info.put(b'{"version":1,"records":[{"vf_address":"0000:e3:00.4","failures":[{"instance_id":"a",'
+             b'"reported_at":"2026-08-20T15:00:00Z"}],"quarantined_at":"2025-01-01T00:00:00+24:00"},'
+             b'{"vf_address":"0000:e3:00.5","failures":[{"instance_id":"a","reported_at":"2026-08-20T15:00:00Z"}]}]}')
+    result = info.run(capsys, threshold=1)
+    assert result["valid"] is True and result["error"] is None
+    assert result["records"][0]["quarantined_at"] == "2025-01-01T00:00:00+24:00"
+    assert result["write_error"] == ("marshal VF health state: json: error calling MarshalJSON for type "
+                                     "*time.Time: Time.MarshalJSON: timezone hour outside of range [0,23]")
+    assert result["would_quarantine"] == ["0000:e3:00.5"] and result["quarantined"] == ["0000:e3:00.4"]
+    info.put(STORE)
+    assert info.run(capsys)["write_error"] is None
+
+
+def test_pending_intent_of_a_killed_run_is_shown_and_counted(info, capsys):
+    info.put(STORE)
+    entry = _ledger.make_entry("quarantine", "0000:e3:00.4", parse_rfc3339("2026-08-21T00:00:00Z"), "drain",
+                               run_id="killed")
+    intent = _ledger.make_intent("killed", [entry], "missing", "0" * 64,
+                                 {"0000:e3:00.4": parse_rfc3339("2026-08-21T00:00:00Z")})
+    os.makedirs(info.state_dir)
+    with open(os.path.join(info.state_dir, "ledger.jsonl"), "w") as handle:
+        handle.write(json.dumps(intent) + "\n")
+    before = info.digest()
+    result = info.run(capsys)
+    assert result["owned"] == ["0000:e3:00.4"] and result["ledger"]["total"] == 0
+    assert [(p["run_id"], p["outcome"], p["entries"]) for p in result["ledger"]["pending"]] == [
+        ("killed", "commit", 1)]
+    assert info.digest() == before  # settling is vf_health's job
