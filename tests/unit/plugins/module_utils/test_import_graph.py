@@ -35,13 +35,14 @@ LAYERED = {
     "_cmd": set(),
     "_gojson": {"_store"},
     "_hypeman": {"_proc", "_store"},
-    "_ledger": set(),
+    "_ledger": {"_safedir"},
     "_module": set(),
+    "_safedir": set(),
     "_placement": {"_hypeman", "_proc", "_store", "_sysfs"},
     "_proc": {"_sysfs"},
     "_sentinel": {"_hypeman"},
     "_store": {"_gojson"},
-    "_store_write": {"_store"},
+    "_store_write": {"_safedir", "_store"},
     "_sysfs": {"_store"},
 }
 
