@@ -10,7 +10,8 @@ with SIGKILL after a random delay drawn uniformly from 0 to 1.1 times the
 task's measured normal run time (so kills land all over the run, from the
 interpreter start to after the exit). After each kill a settle step re-runs
 the same task to completion, as an operator re-running the task would, and
-checks:
+checks (each count is of incidents: a problem still there at the next check
+is not counted again):
 
 * ``corrupt``: the store is not a valid store in hypeman's exact bytes;
 * ``lost_ownership``: a quarantine in the store with no ledger entry that
@@ -70,6 +71,7 @@ class Soak(object):
         self.counts = dict((name, 0) for name in FAILURE_CHECKS)
         self.counts.update(kills=0, killed_mid_run=0, settled_commit=0, settled_abort=0, ledger_problems=0)
         self.failures = []
+        self.open_incidents, self.seen_now = set(), set()
         if mode == "fork":
             from ansible_collections.hypeman.vgpu.plugins.modules import vf_health  # imported once, forked often
             self.main = vf_health.main
@@ -167,22 +169,34 @@ class Soak(object):
             self.counts["settled_" + settled["outcome"]] += 1
         self.check(step, name)
 
-    def fail(self, check, step, name, why):
-        self.counts[check] += 1
-        self.failures.append("step %d (%s) %s: %s" % (step, name, check, why))
+    def fail(self, check, step, name, why, key=None):
+        """Count an incident once: the same problem seen again at the next check is the same incident."""
+        key = (check, key if key is not None else step)
+        self.seen_now.add(key)
+        if key not in self.open_incidents:
+            self.counts[check] += 1
+            self.failures.append("step %d (%s) %s: %s" % (step, name, check, why))
 
     def check(self, step, name):
+        self.seen_now = set()
+        try:
+            self._check(step, name)
+        finally:
+            self.open_incidents = self.seen_now
+
+    def _check(self, step, name):
         path = self.tree.store_path
         store = _store.load_store(path)
         if not store.valid or (store.exists and store.to_bytes() != store.raw):
-            self.fail("corrupt", step, name, store.error or "not in hypeman's exact bytes")
+            self.fail("corrupt", step, name, store.error or "not in hypeman's exact bytes", "store")
             return
         if os.path.lexists(path + ".tmp"):
-            self.fail("leftover_tmp", step, name, path + ".tmp")
+            self.fail("leftover_tmp", step, name, path + ".tmp", "tmp")
         ledger = _ledger.read_ledger(self.tree.state_dir)
         self.counts["ledger_problems"] = len(ledger.problems)
         if ledger.pending():
-            self.fail("unsettled", step, name, [intent.run_id for intent in ledger.pending()])
+            runs = [intent.run_id for intent in ledger.pending()]
+            self.fail("unsettled", step, name, runs, tuple(runs))
         latest = ledger.latest_by_vf()
         owned = set(_ledger.owned_quarantines(ledger, store))
         for vf in self.vfs:
@@ -190,11 +204,14 @@ class Soak(object):
             logged = entry is not None and entry["action"] == "quarantine"
             if record is not None and record.quarantined_at is not None:
                 if not logged or _gotime.parse_rfc3339(entry["quarantined_at"]) != record.quarantined_at:
-                    self.fail("lost_ownership", step, name, "%s quarantined, latest ledger entry %r" % (vf, entry))
+                    self.fail("lost_ownership", step, name, "%s quarantined, latest ledger entry %r" % (vf, entry),
+                              (vf, "unlogged", str(record.quarantined_at)))
                 elif vf in self.manual and vf not in owned:
-                    self.fail("lost_ownership", step, name, "%s drained but not owned" % vf)
+                    self.fail("lost_ownership", step, name, "%s drained but not owned" % vf,
+                              (vf, "not owned", str(record.quarantined_at)))
             elif logged:
-                self.fail("lost_ownership", step, name, "%s: ledger says quarantined, store does not" % vf)
+                self.fail("lost_ownership", step, name, "%s: ledger says quarantined, store does not" % vf,
+                          (vf, "not in store", entry["quarantined_at"]))
         why = self.expected(name, store)
         if why:
             self.fail("wrong_result", step, name, why)

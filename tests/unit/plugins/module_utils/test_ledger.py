@@ -7,9 +7,12 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import shutil
 import stat
+import tempfile
 
 import pytest
+from hypothesis import given, settings as hsettings, strategies as st
 
 from ansible_collections.hypeman.vgpu.plugins.module_utils import _ledger
 from ansible_collections.hypeman.vgpu.plugins.module_utils._errors import VgpuError
@@ -338,3 +341,37 @@ def test_old_ledger_without_intents_reads_as_before(tmp_path):
     assert [dict((k, v) for k, v in e.items() if k != "line") for e in ledger.entries] == old
     assert ledger.intents == [] and ledger.problems == []
     assert ledger.latest_by_vf(parsed(STORE_BEFORE)) == ledger.latest_by_vf()
+
+
+# --- property: any ledger content, torn anywhere, never breaks reading or appending ------------
+
+
+LINES = st.one_of(
+    st.builds(lambda vf: json.dumps(entry(vf=vf)), st.sampled_from([VF, "0000:82:00.5"])),
+    st.builds(lambda run: json.dumps(intent_for(run)), st.sampled_from(["r1", "r2"])),
+    st.builds(lambda run: json.dumps({"action": "abort", "run_id": run}), st.sampled_from(["r1", "r2"])),
+    st.binary(max_size=40).map(lambda raw: raw.replace(b"\n", b" ").decode("latin-1")),
+    st.integers(min_value=1, max_value=3000).map(lambda depth: "[" * depth + "]" * depth),
+)
+
+
+@hsettings(max_examples=60, deadline=None, database=None)
+@given(lines=st.lists(LINES, max_size=8), cut=st.integers(min_value=0, max_value=400))
+def test_any_content_torn_anywhere_reads_and_appends(lines, cut):
+    data = "\n".join(lines).encode("latin-1") + b"\n"
+    data = data[:len(data) - cut] if cut < len(data) else b""
+    state_dir = tempfile.mkdtemp(dir="/dev/shm" if os.path.isdir("/dev/shm") else None)
+    try:
+        with open(os.path.join(state_dir, "ledger.jsonl"), "wb") as handle:
+            handle.write(data)
+        before = _ledger.read_ledger(state_dir)  # never raises
+        kept = [dict((k, v) for k, v in e.items() if k != "line") for e in before.entries]
+        _ledger.append_entries(state_dir, [entry(vf="0000:82:00.7")])
+        after = _ledger.read_ledger(state_dir)
+        assert [dict((k, v) for k, v in e.items() if k != "line") for e in after.entries] == kept + [
+            entry(vf="0000:82:00.7")]
+        assert [i.run_id for i in after.intents] == [i.run_id for i in before.intents]
+        with open(os.path.join(state_dir, "ledger.jsonl"), "rb") as handle:
+            assert handle.read().endswith(b"\n")
+    finally:
+        shutil.rmtree(state_dir)
