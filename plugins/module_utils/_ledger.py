@@ -38,7 +38,6 @@ Ledgers without intents (written before intents existed) read as before.
 from __future__ import annotations
 
 import errno
-import fcntl
 import hashlib
 import json
 import os
@@ -146,7 +145,7 @@ def _append(dir_fd, path, entries):
             raise VgpuError("refusing to append to ledger %s: it is %s, not a regular file"
                             % (path, file_kind(info.st_mode)), symlink=path)
         created = info.st_size == 0
-        fcntl.flock(fd, fcntl.LOCK_EX)
+        _safedir.lock_exclusive(fd, path)
         prefix = _repair_tail(fd)
         for index, entry in enumerate(entries):
             line = json.dumps(entry, sort_keys=True, ensure_ascii=True).encode("ascii") + b"\n"

@@ -15,8 +15,10 @@ exactly the mode asked for, whatever the umask.
 from __future__ import annotations
 
 import errno
+import fcntl
 import os
 import stat
+import time
 
 from ansible_collections.hypeman.vgpu.plugins.module_utils._fileio import HostFileError, file_kind
 
@@ -98,3 +100,33 @@ def open_dir(path, mode=None, follow_last=True):
     except BaseException:
         os.close(fd)
         raise
+
+
+# How long a writer waits for another run of this collection on the same host
+# (its lock is held for one store, ledger or cursor write: well under a second).
+LOCK_TIMEOUT = 60.0
+
+
+class LockTimeout(OSError):
+    """The lock stayed held by another process for the whole timeout."""
+
+
+def lock_exclusive(fd, path, timeout=LOCK_TIMEOUT):
+    """Take an exclusive ``flock`` on ``fd``, waiting at most ``timeout`` seconds.
+
+    Never blocks for good: a run stuck holding the lock (or a hostile process
+    holding it on purpose) makes this one fail with :class:`LockTimeout`
+    naming ``path``; other lock errors are raised as OSError.
+    """
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return
+        except OSError as err:
+            if err.errno not in (errno.EAGAIN, errno.EACCES, errno.EWOULDBLOCK):
+                raise
+        if time.monotonic() >= deadline:
+            raise LockTimeout(errno.ETIMEDOUT, "timed out after %ss waiting for the lock (another run of this "
+                                               "collection holds it)" % timeout, path)
+        time.sleep(0.05)

@@ -25,14 +25,13 @@ from __future__ import annotations
 import base64
 import binascii
 import errno
-import fcntl
 import hashlib
 import json
 import os
 import re
 import stat
 
-from ansible_collections.hypeman.vgpu.plugins.module_utils import _fileio, _hypeman
+from ansible_collections.hypeman.vgpu.plugins.module_utils import _fileio, _hypeman, _safedir
 from ansible_collections.hypeman.vgpu.plugins.module_utils._errors import VgpuError
 from ansible_collections.hypeman.vgpu.plugins.module_utils._gotime import (
     format_utc_rfc3339nano, from_unix_ns, parse_rfc3339, to_unix_ns)
@@ -468,7 +467,7 @@ class CursorStore(object):
             if not stat.S_ISREG(os.fstat(fd).st_mode):
                 raise OSError(errno.EINVAL, "%s is %s, not a regular file"
                               % (os.path.join(self.directory, ".lock"), _fileio.file_kind(os.fstat(fd).st_mode)))
-            fcntl.flock(fd, fcntl.LOCK_EX)  # another run on this host waits here
+            _safedir.lock_exclusive(fd, os.path.join(self.directory, ".lock"))  # another run waits, bounded
         except OSError as err:
             os.close(fd)
             raise CursorDirError("cannot lock sentinel state directory %s: %s"

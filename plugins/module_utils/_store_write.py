@@ -14,11 +14,9 @@ from __future__ import annotations
 
 import collections
 import errno
-import fcntl
 import os
 import re
 import stat
-import time
 
 from ansible_collections.hypeman.vgpu.plugins.module_utils import _gotime, _safedir
 from ansible_collections.hypeman.vgpu.plugins.module_utils._errors import VgpuError
@@ -331,20 +329,16 @@ class _FileLock(object):
             os.close(self.fd)
             raise VgpuError("refusing to use lock file %s: it is %s, not a regular file"
                             % (self.path, file_kind(mode)), symlink=self.path)
-        deadline = time.monotonic() + self.timeout
-        while True:
-            try:
-                fcntl.flock(self.fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                return self
-            except OSError as err:
-                if err.errno not in (errno.EAGAIN, errno.EACCES, errno.EWOULDBLOCK):
-                    os.close(self.fd)
-                    raise VgpuError("cannot lock %s: %s" % (self.path, err.strerror or err))
-            if time.monotonic() >= deadline:
-                os.close(self.fd)
-                raise VgpuError("timed out after %ss waiting for the lock %s (another run of this "
-                                "collection is editing the store)" % (self.timeout, self.path))
-            time.sleep(0.05)
+        try:
+            _safedir.lock_exclusive(self.fd, self.path, self.timeout)
+        except _safedir.LockTimeout:
+            os.close(self.fd)
+            raise VgpuError("timed out after %ss waiting for the lock %s (another run of this "
+                            "collection is editing the store)" % (self.timeout, self.path))
+        except OSError as err:
+            os.close(self.fd)
+            raise VgpuError("cannot lock %s: %s" % (self.path, err.strerror or err))
+        return self
 
     def __exit__(self, *exc):
         os.close(self.fd)  # closing releases the flock

@@ -40,7 +40,7 @@ LAYERED = {
     "_safedir": set(),
     "_placement": {"_hypeman", "_proc", "_store", "_sysfs"},
     "_proc": {"_sysfs"},
-    "_sentinel": {"_hypeman"},
+    "_sentinel": {"_hypeman", "_safedir"},
     "_store": {"_gojson"},
     "_store_write": {"_safedir", "_store"},
     "_sysfs": {"_store"},
