@@ -21,6 +21,7 @@ from ansible_collections.hypeman.vgpu.plugins.module_utils import (
 from ansible_collections.hypeman.vgpu.plugins.module_utils._errors import VgpuError
 from ansible_collections.hypeman.vgpu.plugins.module_utils._fileio import is_within
 from ansible_collections.hypeman.vgpu.tests.sim.hosttree import HostTree
+from ansible_collections.hypeman.vgpu.tests.unit.hostile import replace_with
 from ansible_collections.hypeman.vgpu.tests.unit.plugins.module_utils.api_stub import ApiStub
 
 CARD = "0000:82:00.0"
@@ -34,22 +35,6 @@ def tree(tmp_path):
     tree.write_config(threshold=3)
     tree.write_store([])
     return tree
-
-
-def _replace(path, how, content=b""):
-    """Replace ``path`` by a FIFO, a directory, a symlink to ``content`` (a path) or a file of ``content``."""
-    if os.path.lexists(path):
-        os.unlink(path)
-    if how == "fifo":
-        os.mkfifo(path)
-    elif how == "dir":
-        os.mkdir(path)
-    elif how == "symlink":
-        os.symlink(content, path)
-    else:
-        with open(path, "wb") as handle:
-            handle.write(content)
-    return path
 
 
 def _view(tree):
@@ -78,14 +63,14 @@ def test_is_within_compares_normalised_paths(path, root, inside):
     ("file", b"gpu:\n  vf_quarantine_threshold: 3\n" + b"#" * (_hypeman.CONFIG_LIMIT + 1), "is larger than 1048576"),
 ])
 def test_an_unreadable_config_fails_closed_naming_it(tree, how, content, words):
-    _replace(tree.config_path, how, content)
+    replace_with(tree.config_path, how, content)
     with pytest.raises(VgpuError) as err:
         _hypeman.read_quarantine_threshold(tree.config_path)
     assert err.value.msg.startswith("cannot read hypeman config %s: " % tree.config_path) and words in err.value.msg
 
 
 def test_a_config_that_is_not_utf8_fails_naming_the_byte(tree):
-    _replace(tree.config_path, "file", b"gpu:\n  vf_quarantine_threshold: 3 \xff\n")
+    replace_with(tree.config_path, "file", b"gpu:\n  vf_quarantine_threshold: 3 \xff\n")
     with pytest.raises(VgpuError) as err:
         _hypeman.read_quarantine_threshold(tree.config_path)
     assert err.value.msg == ("hypeman config %s is not UTF-8 text (byte 0xff at offset 34); expected hypeman's YAML "
@@ -95,12 +80,12 @@ def test_a_config_that_is_not_utf8_fails_naming_the_byte(tree):
 def test_a_symlinked_config_is_followed(tree, tmp_path):
     real = tmp_path / "elsewhere.yaml"
     real.write_text("gpu:\n  vf_quarantine_threshold: 5\n")
-    _replace(tree.config_path, "symlink", str(real))
+    replace_with(tree.config_path, "symlink", str(real))
     assert _hypeman.read_quarantine_threshold(tree.config_path) == (5, tree.config_path)
 
 
 def test_a_huge_threshold_value_is_quoted_short(tree):
-    _replace(tree.config_path, "file", b"gpu:\n  vf_quarantine_threshold: " + b"9x" * 5000 + b"\n")
+    replace_with(tree.config_path, "file", b"gpu:\n  vf_quarantine_threshold: " + b"9x" * 5000 + b"\n")
     with pytest.raises(VgpuError) as err:
         _hypeman.read_quarantine_threshold(tree.config_path)
     assert "is '9x9x9x9x9x9x9x9x9x9x9x9x9x9x9x9x9x9x9x9x...'; expected a whole number >= 1" in err.value.msg
@@ -131,7 +116,7 @@ def _listed(tree):
     ("file", b"\xff\xfe{", "unmarshal metadata: "),
 ])
 def test_hostile_metadata_is_unreadable_not_a_crash(tree, how, content, words):
-    _replace(_meta_path(tree), how, content)
+    replace_with(_meta_path(tree), how, content)
     listed, unreadable = _listed(tree)
     assert listed == [] and words in unreadable["vm"], unreadable
 
@@ -139,7 +124,7 @@ def test_hostile_metadata_is_unreadable_not_a_crash(tree, how, content, words):
 def test_non_utf8_strings_in_metadata_are_replaced_like_go(tree):
     meta = json.loads(open(_meta_path(tree)).read())
     data = json.dumps(meta).encode().replace(b'"Name": "vm"', b'"Name": "v\xffm"')
-    _replace(_meta_path(tree), "file", data)
+    replace_with(_meta_path(tree), "file", data)
     instances, unreadable = _hypeman.list_instances(tree.data_dir)
     assert unreadable == [] and instances[0]["name"] == "v\ufffdm"
 
@@ -147,7 +132,7 @@ def test_non_utf8_strings_in_metadata_are_replaced_like_go(tree):
 def test_a_metadata_symlink_inside_data_dir_is_followed(tree):
     kept = os.path.join(tree.data_dir, "kept-metadata.json")
     os.rename(_meta_path(tree), kept)
-    _replace(_meta_path(tree), "symlink", "../../kept-metadata.json")
+    replace_with(_meta_path(tree), "symlink", "../../kept-metadata.json")
     listed, unreadable = _listed(tree)
     assert listed == ["vm"] and unreadable == {}
 
@@ -155,7 +140,7 @@ def test_a_metadata_symlink_inside_data_dir_is_followed(tree):
 def test_a_metadata_symlink_out_of_data_dir_is_refused(tree, tmp_path):
     outside = tmp_path / "outside.json"
     os.rename(_meta_path(tree), str(outside))
-    _replace(_meta_path(tree), "symlink", str(outside))
+    replace_with(_meta_path(tree), "symlink", str(outside))
     listed, unreadable = _listed(tree)
     assert listed == [] and unreadable["vm"] == "read metadata: is a symlink to %s, outside %s and %s; refused" % (
         outside, tree.data_dir, os.path.join(tree.data_dir, "guests"))
@@ -196,7 +181,7 @@ def test_proc_names_that_are_not_ascii_pids_are_ignored(tree):
 @pytest.mark.parametrize("minor", ["\u00b2", "9" * 5000, "-1", ""])
 def test_a_device_minor_that_is_not_a_number_is_unknown(tree, minor):
     path = os.path.join(tree.proc_root, "driver", "nvidia", "gpus", CARD, "information")
-    _replace(path, "file", ("Device Minor: \t %s\n" % minor).encode())
+    replace_with(path, "file", ("Device Minor: \t %s\n" % minor).encode())
     assert _proc.nvidia_minor(tree.proc_root, CARD) is None
 
 
@@ -208,7 +193,7 @@ def test_a_node_name_with_unicode_digits_is_not_a_card_node():
 def test_hostile_proc_stat_and_status_leave_liveness_undecided_or_false(tree, how, content):
     pid = tree.instances["vm"]["proc_pid"]
     for name in ("stat", "status"):
-        _replace(os.path.join(tree.proc_root, str(pid), name), how, content)
+        replace_with(os.path.join(tree.proc_root, str(pid), name), how, content)
     instances, _unreadable = _hypeman.list_instances(tree.data_dir, tree.proc_root)
     assert instances[0]["live"] in (True, None)  # the control socket is still owned: never "dead" by mistake
 
@@ -216,7 +201,7 @@ def test_hostile_proc_stat_and_status_leave_liveness_undecided_or_false(tree, ho
 @pytest.mark.parametrize("how", ["fifo", "dir"])
 def test_a_hostile_proc_comm_fails_the_process_scan_naming_it(tree, how):
     pid = tree.instances["vm"]["proc_pid"]
-    _replace(os.path.join(tree.proc_root, str(pid), "comm"), how)
+    replace_with(os.path.join(tree.proc_root, str(pid), "comm"), how)
     with pytest.raises(VgpuError) as err:
         _proc.find_processes(tree.proc_root, ["hypeman"])
     assert err.value.msg.startswith("cannot read process %s: " % os.path.join(tree.proc_root, str(pid)))
@@ -234,7 +219,7 @@ def test_a_hostile_proc_comm_fails_the_process_scan_naming_it(tree, how):
 ])
 def test_a_hostile_current_type_makes_the_vf_unreadable(tree, how, content, words):
     vf = tree.cards[CARD].vfs[1]
-    _replace(tree.pci_path(vf, "nvidia", "current_vgpu_type"), how, content)
+    replace_with(tree.pci_path(vf, "nvidia", "current_vgpu_type"), how, content)
     discovery = _sysfs.discover(tree.sysfs_root)
     assert [e["address"] for e in discovery.unreadable] == [vf] and words in discovery.unreadable[0]["error"]
     assert vf not in discovery.vf_map()
@@ -242,7 +227,7 @@ def test_a_hostile_current_type_makes_the_vf_unreadable(tree, how, content, word
 
 def test_a_huge_bad_attribute_is_quoted_short(tree):
     vf = tree.cards[CARD].vfs[1]
-    _replace(tree.pci_path(vf, "nvidia", "current_vgpu_type"), "file", b"x" * 100000)
+    replace_with(tree.pci_path(vf, "nvidia", "current_vgpu_type"), "file", b"x" * 100000)
     error = _sysfs.discover(tree.sysfs_root).unreadable[0]["error"]
     assert error.endswith('invalid current vGPU type "%s..."' % ("x" * 200))
 
@@ -252,7 +237,7 @@ def test_a_device_link_out_of_sysfs_root_is_refused(tree, tmp_path):
     link = tree.pci_path(vf)
     copy = tmp_path / "evil-device"
     os.rename(os.path.realpath(link), str(copy))
-    _replace(link, "symlink", str(copy))
+    replace_with(link, "symlink", str(copy))
     discovery = _sysfs.discover(tree.sysfs_root)
     assert discovery.unreadable[0]["error"] == "VF %s: %s is a symlink to %s, outside %s; refused" % (
         vf, link, copy, tree.sysfs_root)
@@ -265,7 +250,7 @@ def test_a_card_link_out_of_sysfs_root_is_an_error(tree, tmp_path):
     link = tree.pci_path(CARD)
     copy = tmp_path / "evil-card"
     os.rename(os.path.realpath(link), str(copy))
-    _replace(link, "symlink", str(copy))
+    replace_with(link, "symlink", str(copy))
     info = _sysfs.read_parent(tree.sysfs_root, CARD)
     assert info["errors"] == ["%s is a symlink to %s, outside %s; refused" % (link, copy, tree.sysfs_root)]
     assert info["virtfns"] == [] and info["sriov_totalvfs"] is None
@@ -277,7 +262,7 @@ def test_a_card_link_out_of_sysfs_root_is_an_error(tree, tmp_path):
 @pytest.mark.parametrize("how, content", [("fifo", b""), ("symlink", "/dev/zero"), ("dir", b""),
                                           ("file", b"[" * 100000)])
 def test_a_hostile_store_disables_placement(tree, how, content):
-    _replace(tree.store_path, how, content)
+    replace_with(tree.store_path, how, content)
     store = _store.load_store(tree.store_path)
     assert store.valid is False
     view = _view(tree)
@@ -286,7 +271,7 @@ def test_a_hostile_store_disables_placement(tree, how, content):
 
 
 def test_hostile_metadata_keeps_placement_from_choosing(tree):
-    _replace(_meta_path(tree), "fifo")
+    replace_with(_meta_path(tree), "fifo")
     view = _placement.host_view(tree.sysfs_root, tree.proc_root, tree.dev_root, tree.data_dir, tree.store_path,
                                 tree.config_path, profile="NVIDIA L40S-2Q")[0]
     assert view["candidates"]["gpu"] is None and "is a FIFO" in view["candidates"]["reason"]
@@ -297,10 +282,10 @@ def test_hostile_metadata_keeps_placement_from_choosing(tree):
 
 
 def test_audit_prerequisites_survive_hostile_proc_and_sysfs(tree):
-    _replace(os.path.join(tree.proc_root, "cmdline"), "fifo")
+    replace_with(os.path.join(tree.proc_root, "cmdline"), "fifo")
     groups = os.path.join(tree.sysfs_root, "kernel", "iommu_groups")
     os.rename(groups, groups + ".moved")
-    _replace(groups, "fifo")
+    replace_with(groups, "fifo")
     checks = dict((c["name"], c) for c in _audit.prerequisites(tree.sysfs_root, tree.proc_root, "/nonexistent"))
     assert checks["iommu"]["status"] == "fail"
     assert checks["iommu"]["detail"] == "cannot read %s: is a FIFO, not a regular file" % os.path.join(

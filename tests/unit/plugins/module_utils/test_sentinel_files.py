@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import socket
 import stat
 import tempfile
@@ -27,26 +26,15 @@ from ansible_collections.hypeman.vgpu.plugins.module_utils._errors import VgpuEr
 from ansible_collections.hypeman.vgpu.tests.sim import guestlog
 from ansible_collections.hypeman.vgpu.tests.unit.plugins.module_utils.sentinel_host import (
     CLAIMED_NS, SEC, MiniHost, ts, verdicts)
+from ansible_collections.hypeman.vgpu.tests.unit.hostile import hang_detector
 
 HANG_SECONDS = 60
 
 
-class _Hang(Exception):
-    pass
-
-
 @pytest.fixture(autouse=True)
-def hang_detector():
-    def expired(_signum, _frame):
-        raise _Hang("the scan did not return within %d s" % HANG_SECONDS)
-
-    previous = signal.signal(signal.SIGALRM, expired)
-    signal.alarm(HANG_SECONDS)
-    try:
+def hang_guard():
+    with hang_detector(HANG_SECONDS, "the scan"):
         yield
-    finally:
-        signal.alarm(0)
-        signal.signal(signal.SIGALRM, previous)
 
 
 @pytest.fixture

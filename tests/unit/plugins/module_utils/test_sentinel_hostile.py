@@ -36,6 +36,7 @@ from hypothesis.errors import InvalidArgument
 from ansible_collections.hypeman.vgpu.plugins.module_utils import _sentinel
 from ansible_collections.hypeman.vgpu.tests.sim import guestlog
 from ansible_collections.hypeman.vgpu.tests.unit.plugins.module_utils.sentinel_host import SEC, MiniHost
+from ansible_collections.hypeman.vgpu.tests.unit.hostile import replace_with
 
 FUZZ_PROFILE = "fuzz"
 try:  # several test modules may register it; the first one wins
@@ -185,21 +186,8 @@ def test_every_complete_marker_is_counted_exactly_once_and_rescans_are_idempoten
 
 
 def _replace_app(stream, kind):
-    path = stream.app
-    if os.path.isdir(path) and not os.path.islink(path):
-        shutil.rmtree(path)
-    elif os.path.lexists(path):
-        os.unlink(path)
-    if kind == "fifo":
-        os.mkfifo(path)
-    elif kind == "directory":
-        os.mkdir(path)
-    elif kind == "symlink":
-        os.symlink(stream.host.metadata_path("inst-a"), path)
-    elif kind == "dangling":
-        os.symlink("/nonexistent", path)
-    elif kind == "missing":
-        pass
+    how = {"directory": "dir"}.get(kind, kind)
+    replace_with(stream.app, how, stream.host.metadata_path("inst-a") if how == "symlink" else b"")
 
 
 def _restore_app(stream):

@@ -32,7 +32,6 @@ import json
 import os
 import resource
 import shutil
-import signal
 import traceback
 import uuid
 from contextlib import redirect_stderr, redirect_stdout
@@ -52,6 +51,7 @@ from ansible_collections.hypeman.vgpu.plugins.modules import (
 from ansible_collections.hypeman.vgpu.tests.sim import guestlog
 from ansible_collections.hypeman.vgpu.tests.sim.hosttree import HostTree
 from ansible_collections.hypeman.vgpu.tests.unit.plugins.module_utils.api_stub import ApiStub, closed_port_url
+from ansible_collections.hypeman.vgpu.tests.unit.hostile import Hang, hang_detector
 from ansible_collections.hypeman.vgpu.tests.unit.plugins.modules.module_results import argument_spec
 
 HANG_SECONDS = 20
@@ -79,14 +79,6 @@ CLAIMED_AT = "2026-08-31T12:00:00.123456789Z"
 
 
 # --- running a module -------------------------------------------------------------------------
-
-
-class Hang(BaseException):
-    """Raised by the SIGALRM timer inside a module that did not finish (no guard catches it)."""
-
-
-def _on_alarm(_signum, _frame):
-    raise Hang("the module did not finish within %d seconds" % HANG_SECONDS)
 
 
 class Deep(object):
@@ -148,10 +140,8 @@ def run_module(name, args):
     cap = _address_space() + MEMORY_HEADROOM
     if limits[1] == resource.RLIM_INFINITY or cap < limits[1]:
         resource.setrlimit(resource.RLIMIT_AS, (cap, limits[1]))
-    previous = signal.signal(signal.SIGALRM, _on_alarm)
-    signal.setitimer(signal.ITIMER_REAL, HANG_SECONDS)
     try:
-        with mock.patch.object(basic, "_ANSIBLE_ARGS", _encode(args)), \
+        with hang_detector(HANG_SECONDS, "the module"), mock.patch.object(basic, "_ANSIBLE_ARGS", _encode(args)), \
                 mock.patch.object(basic, "_ANSIBLE_PROFILE", "legacy"), redirect_stdout(out), redirect_stderr(err):
             with pytest.raises(SystemExit):
                 MODULES[name]()
@@ -159,8 +149,6 @@ def run_module(name, args):
         # Reported as a failure (with where it hung), not as an interrupt hypothesis would let through.
         raise AssertionError("%s hung:\n%s" % (name, traceback.format_exc()))
     finally:
-        signal.setitimer(signal.ITIMER_REAL, 0)
-        signal.signal(signal.SIGALRM, previous)
         resource.setrlimit(resource.RLIMIT_AS, limits)
     assert "Traceback" not in err.getvalue(), err.getvalue()
     result = json.loads(out.getvalue())

@@ -6,9 +6,7 @@ store unusable), never blocks, and changes nothing anywhere."""
 
 from __future__ import annotations
 
-import contextlib
 import os
-import signal
 import socket
 import stat
 
@@ -18,22 +16,9 @@ from ansible_collections.hypeman.vgpu.plugins.module_utils import _store
 from ansible_collections.hypeman.vgpu.plugins.modules import vf_health_info
 from ansible_collections.hypeman.vgpu.tests.unit.plugins.modules.module_results import run_module
 from ansible_collections.hypeman.vgpu.tests.unit.plugins.modules.test_vf_health import ASSIGNED, Host
+from ansible_collections.hypeman.vgpu.tests.unit.hostile import hang_detector
 
 VALID = b'{"version":1,"records":[{"vf_address":"0000:82:00.4","quarantined_at":"2026-08-22T00:00:00Z"}]}'
-
-
-@contextlib.contextmanager
-def hang_detector(seconds=20):
-    def expired(signum, frame):
-        raise AssertionError("the call blocked for %ss" % seconds)
-
-    previous = signal.signal(signal.SIGALRM, expired)
-    signal.alarm(seconds)
-    try:
-        yield
-    finally:
-        signal.alarm(0)
-        signal.signal(signal.SIGALRM, previous)
 
 
 def make_socket(path):
@@ -143,7 +128,7 @@ def test_hostile_path_fails_closed_everywhere(tmp_path, capsys, monkeypatch, kin
     named = plant(host, kind, outside)
     before, before_outside = host.snapshot(), outside_digest(outside)
     vf = host.vfs[0]
-    with hang_detector():
+    with hang_detector(20):
         for call in CALLS + [dict(state="repaired")]:
             for check_mode in (True, False):
                 args = dict(call)

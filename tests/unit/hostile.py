@@ -1,0 +1,57 @@
+# -*- coding: utf-8 -*-
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""Test equipment for hostile-input tests: a hang detector and hostile file kinds in place of a file."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import signal
+
+
+class Hang(BaseException):
+    """Raised by the SIGALRM timer in code that did not return.
+
+    A BaseException so no ``except Exception`` guard in the code under test
+    swallows it: the test fails with "did not return" (never "too slow").
+    """
+
+
+@contextlib.contextmanager
+def hang_detector(seconds, what="the call"):
+    """Fail with :class:`Hang` when the body runs longer than ``seconds`` (a hang, not a speed check)."""
+    def expired(_signum, _frame):
+        raise Hang("%s did not return within %s seconds" % (what, seconds))
+
+    previous = signal.signal(signal.SIGALRM, expired)
+    signal.setitimer(signal.ITIMER_REAL, seconds)
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+
+
+def replace_with(path, how, content=b""):
+    """Put a hostile ``how`` at ``path`` (whatever was there goes): ``fifo``, ``dir``,
+    ``symlink`` (to ``content``, a path), ``dangling`` (a symlink to nothing),
+    ``missing``, or ``file`` (holding ``content``). Returns ``path``."""
+    if os.path.isdir(path) and not os.path.islink(path):
+        shutil.rmtree(path)
+    elif os.path.lexists(path):
+        os.unlink(path)
+    if how == "fifo":
+        os.mkfifo(path)
+    elif how == "dir":
+        os.mkdir(path)
+    elif how == "symlink":
+        os.symlink(content, path)
+    elif how == "dangling":
+        os.symlink("/nonexistent/hypeman-vgpu-test", path)
+    elif how == "file":
+        with open(path, "wb") as handle:
+            handle.write(content)
+    elif how != "missing":
+        raise ValueError("unknown hostile kind %r" % how)
+    return path
