@@ -6,7 +6,7 @@ and the cross-check of ``/resources`` against our own placement view.
 
 Kept apart from the host-file helpers because ``ansible.module_utils.urls``
 is costly to import on the host and only runs that set ``api_url`` need it:
-modules import this file only then. Reference §2.4, §2.5, §3.4.
+modules import this file only then. docs/hypeman-interface.md §2.4, §2.5, §3.4.
 """
 
 from __future__ import annotations

@@ -131,7 +131,7 @@ def resolve_threshold(explicit, config_path):
 # --- the running hypeman ---------------------------------------------------------
 #
 # hypeman loads the VF health store only at start and rewrites it from memory at
-# its next report (reference §1.8), so an external edit made while it runs is lost
+# its next report (docs/hypeman-interface.md §1.8), so an external edit made while it runs is lost
 # unless hypeman is restarted.
 
 HYPEMAN_PROCESS_NAMES = ("hypeman-api", "hypeman")
@@ -165,7 +165,7 @@ def warn_if_store_edited_while_running(module, proc_root, changed):
 
 # --- data dir layout -----------------------------------------------------------
 #
-# Instances live in <data_dir>/guests/<id>/metadata.json (reference §3). The
+# Instances live in <data_dir>/guests/<id>/metadata.json (docs/hypeman-interface.md §3). The
 # metadata is hypeman's StoredMetadata marshalled without JSON tags, so keys
 # are Go field names. Two builds differ in the claim-time key: GPUClaimedAt
 # (claim variant) or GPUAssignedAt plus GPURetainedForCleanup (assignment
@@ -377,7 +377,7 @@ def list_instances(data_dir, proc_root=None):
     return instances, unreadable
 
 
-# --- liveness (reference §3.3; hypeman's resolveLiveHypervisorPID) --------------
+# --- liveness (docs/hypeman-interface.md §3.3; hypeman's resolveLiveHypervisorPID) ---
 
 
 class _Ambiguous(Exception):

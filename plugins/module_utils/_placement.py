@@ -5,7 +5,7 @@
 
 Given what :mod:`_sysfs` discovered, the instances :mod:`_hypeman` listed,
 the VF health store and the open device nodes, this computes what hypeman's
-``GET /resources`` reports (reference §2.3, §2.4) and which card and VFs its
+``GET /resources`` reports (docs/hypeman-interface.md §2.3, §2.4) and which card and VFs its
 claim-variant selection would choose among for a profile (§2.1), plus per
 card and per VF facts an operator needs (drained, overflow-only, idle).
 
@@ -117,7 +117,7 @@ class _Placement(object):
         self.parents = parents
         self.instances = instances
         self.unreadable_metadata = unreadable_metadata
-        # mdev hosts ignore the store entirely (reference §1.8): never quarantined, never disabled.
+        # mdev hosts ignore the store entirely (docs/hypeman-interface.md §1.8): never quarantined, never disabled.
         if self.framework != _sysfs.FRAMEWORK_VENDOR_VFIO:
             quarantine = QuarantineView(threshold=quarantine.threshold)
         self.quarantine = quarantine
@@ -214,7 +214,7 @@ class _Placement(object):
             view["held_open_error"] = held_error
         return view
 
-    # -- slots and profiles (reference §2.3) -----------------------------------------------
+    # -- slots and profiles (docs/hypeman-interface.md §2.3) -------------------------------
     def _slots(self, vf_views):
         total = len(vf_views)
         used = sum(1 for v in vf_views if v["allocated"])
@@ -366,7 +366,7 @@ class _Placement(object):
             "errors": list(parent.get("errors", [])),
         }
 
-    # -- what-if (reference §2.1) ------------------------------------------------------------
+    # -- what-if (docs/hypeman-interface.md §2.1) --------------------------------------------
     def _candidates(self, profile, slots):
         out = {"profile": profile, "type_id": None, "framebuffer_mb": None, "gpu": None, "vfs": [],
                "clean": None, "ranking": [], "reason": None}

@@ -12,7 +12,7 @@ library only.
 Terms used below:
 
 * *marker*: a complete, standalone guest-agent line that hypeman's anchored
-  patterns accept (reference §5.2). Nothing else counts.
+  patterns accept (docs/hypeman-interface.md §5.2). Nothing else counts.
 * *verdict*: per current assignment (VF, assigned_at), the last attributed
   marker seen so far (``failed`` or ``ok``), plus whether it was recorded in
   the VF health store. Looking at evidence never consumes it: a findings-only
@@ -47,7 +47,7 @@ STATE_SUBDIR = "sentinel"
 CURSOR_LIMIT = 4 * 1024 * 1024
 VENDOR_VFIO = "vendor-vfio"
 
-# hypeman's newest L1 patterns (reference §5.2), applied to one line without
+# hypeman's newest L1 patterns (docs/hypeman-interface.md §5.2), applied to one line without
 # its "\n". Go's \d and \S are ASCII classes; \S is written out because
 # Python's also excludes \v, Go's does not.
 _PREFIX = rb"[0-9]{4}/[0-9]{2}/[0-9]{2} [0-9]{2}:[0-9]{2}:[0-9]{2} \[guest-agent\] "

@@ -3,7 +3,7 @@
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 """``hypeman-api`` stand-in: the parts of hypeman's API the collection talks to.
 
-Facts reproduced (``hypeman-vgpu-host.md``):
+Facts reproduced (``docs/hypeman-interface.md``):
 
 - §1.8 / §9: the VF health store is read **only at start** (once loaded) and
   every report rewrites the file from memory, so an edit made while this

@@ -7,7 +7,7 @@ Each holds real file descriptors, so anything that scans ``/proc/*/fd`` (the
 collection's holder and liveness checks, the simulated ``sriov-manage``) sees
 exactly what it would see on a real host:
 
-- ``vmm``: the VMM of one instance (QEMU, §3.3, §6.2): holds the VF's
+- ``vmm``: the VMM of one instance (QEMU, docs/hypeman-interface.md §3.3, §6.2): holds the VF's
   ``dev/vfio/devices/vfioN`` and ``dev/vfio/<group>`` nodes and listens on the
   instance's control socket (``qemu.sock``);
 - ``dcgm``: ``nv-hostengine`` / ``dcgm-exporter`` (§8): hold ``nvidiactl`` and

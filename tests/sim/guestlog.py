@@ -3,7 +3,7 @@
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 """Test equipment: guest serial-console output as hypeman's guest agent writes it.
 
-The marker lines follow the reference (hypeman-vgpu-host.md §5.1) byte for
+The marker lines follow docs/hypeman-interface.md §5.1 byte for
 byte: Go's default logger prefix ``YYYY/MM/DD HH:MM:SS ``, ``[guest-agent]``,
 the marker, its fields, one newline; every report printed three times with the
 same ``ts``. Noise lines imitate a booting Linux guest and a chatty workload.

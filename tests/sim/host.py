@@ -17,7 +17,7 @@ Layout under the root (default ``/srv/vgpu-sim``): the hosttree layout plus
 the kernel's ``/proc``, not the tree's ``proc/`` (which only keeps the
 driver's ``driver/nvidia/gpus/*/information`` files hosttree writes).
 
-Facts reproduced (``hypeman-vgpu-host.md``):
+Facts reproduced (``docs/hypeman-interface.md``):
 
 - boot (§3.2, §4.2, §5.1): hypeman renames the previous ``app.log`` to
   ``app.log.prev.<unix-ns>`` on every create/start, writes the claim into

@@ -37,7 +37,7 @@ CLI (integration targets, the simulator)::
 prints :meth:`HostTree.describe` as JSON. See :func:`build_from_layout` for
 the layout keys.
 
-Facts reproduced (``../shared/reference/hypeman-vgpu-host.md``): VF
+Facts reproduced (``docs/hypeman-interface.md``): VF
 addresses follow the PF's routing id plus the SR-IOV first-VF offset and
 stride, so 32 VFs span device numbers (00.4 ... 04.3); creatable lists use
 the driver's ``ID    : vGPU Name`` header and ``%-5d : %s`` lines and shrink

@@ -3,7 +3,7 @@
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 """hypeman's VF health store as the API stand-in keeps it (test equipment).
 
-Written from ``hypeman-vgpu-host.md`` §1 on purpose without importing the
+Written from ``docs/hypeman-interface.md`` §1 on purpose without importing the
 collection's ``_store.py``: the stand-in plays hypeman, so tests that run the
 collection against it compare two independent readings of the same facts.
 

@@ -16,7 +16,7 @@ import pytest
 from ansible_collections.hypeman.vgpu.tests.sim import host as simhost
 from ansible_collections.hypeman.vgpu.tests.sim.host import SimError, SimHost
 
-# hypeman's newest app.log patterns, copied from the reference (§5.2).
+# hypeman's newest app.log patterns, copied from docs/hypeman-interface.md (§5.2).
 FAILED_RE = re.compile(r'^\d{4}/\d{2}/\d{2} \d{2}:\d{2}:\d{2} \[guest-agent\] (HYPEMAN-GPU-INIT-FAILED ts=\S+ '
                        r'nvrm="NVRM: [^"\r\n]*RmInitAdapter failed![^"\r\n]*")\r?\n?$')
 OK_RE = re.compile(r'^\d{4}/\d{2}/\d{2} \d{2}:\d{2}:\d{2} \[guest-agent\] (HYPEMAN-GPU-INIT-OK ts=\S+)\r?\n?$')

@@ -13,7 +13,7 @@ from ansible_collections.hypeman.vgpu.plugins.module_utils import _store as coll
 from ansible_collections.hypeman.vgpu.tests.sim import store as simstore
 from ansible_collections.hypeman.vgpu.tests.sim.store import GoTime, StoreError, VFHealthStore
 
-# Expected bytes written by hand from the reference's reconstructed example (§1.2).
+# Expected bytes written by hand from the reconstructed example in docs/hypeman-interface.md (§1.2).
 EXAMPLE = (
     '{\n  "version": 1,\n  "records": [\n'
     '    {\n      "vf_address": "0000:82:00.4",\n      "failures": [\n'

@@ -38,7 +38,7 @@ def tree(tmp_path):
     return HostTree(tmp_path)
 
 
-# -- slots (reference §2.3) -------------------------------------------------------------------
+# -- slots (docs/hypeman-interface.md §2.3) ---------------------------------------------------
 
 
 def test_allocated_and_quarantined_overlap(tree):

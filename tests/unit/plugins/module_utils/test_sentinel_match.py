@@ -31,7 +31,7 @@ def test_ok_marker_matches_with_exact_fields():
 
 
 def test_reference_example_line_matches():
-    # The example from the reference, §5.1, verbatim.
+    # The example from docs/hypeman-interface.md §5.1, verbatim.
     line = (b'2026/08/20 15:04:05 [guest-agent] HYPEMAN-GPU-INIT-FAILED ts=2026-08-20T15:04:05.123456789Z '
             b'nvrm="NVRM: GPU 0000:e3:00.4: RmInitAdapter failed! (0x22:0x65:884)"')
     marker = _sentinel.match_marker(line)

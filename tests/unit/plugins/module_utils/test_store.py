@@ -19,7 +19,7 @@ T1 = parse_rfc3339("2026-08-20T15:01:00Z")
 T2 = parse_rfc3339("2026-08-21T09:00:30Z")
 T3 = parse_rfc3339("2026-08-21T09:00:30.000001Z")
 
-# The reference document's example, as hypeman itself would write it.
+# The example of docs/hypeman-interface.md §1.2, as hypeman itself would write it.
 REFERENCE_EXAMPLE = (
     b'{\n'
     b'  "version": 1,\n'
@@ -58,7 +58,7 @@ REFERENCE_EXAMPLE = (
     b'}'
 )
 
-# The same content as the reference document prints it (compact failures, other order).
+# The same content as docs/hypeman-interface.md prints it (compact failures, other order).
 REFERENCE_AS_PRINTED = b'''{
   "version": 1,
   "records": [

@@ -6,7 +6,7 @@ Random sequences of vf_health tasks (failed / succeeded / quarantined / absent w
 owned_only true or false, on a few VFs and assignments), hypeman restarts at another
 threshold (tests/sim/store.py loads the file, re-evaluates and rewrites it) and runs
 killed just before or just after the store's rename. The model is the simulator's
-store (written from the reference, not from plugins/), fed the same operations at the
+store (written from docs/hypeman-interface.md, not from plugins/), fed the same operations at the
 same instants. After every step:
 
 * the store is valid and byte-for-byte the model's file;
