@@ -29,8 +29,9 @@ non-zero. Run from the repository root::
     PYTHONPATH=.collections .venv/bin/python tests/soak/kill_writers.py --kills 500
 
 ``--mode exec`` (default) starts a fresh interpreter per run, like Ansible;
-``--mode fork`` forks a process that calls the module's ``main`` (fast, used
-by the unit test).
+``--mode fork`` forks a process that calls the module's ``main`` (faster, and
+a larger share of each run is the store write; not from a multi-threaded
+process such as a pytest-xdist worker).
 """
 
 from __future__ import annotations
@@ -54,6 +55,8 @@ CARD = "0000:82:00.0"
 ASSIGNED = "2026-08-20T15:00:00.123456789Z"
 FAILURE_CHECKS = ("corrupt", "lost_ownership", "leftover_tmp", "unsettled", "wrong_result")
 MODULE = "ansible_collections.hypeman.vgpu.plugins.modules.vf_health"
+# The directory holding "ansible_collections", so child interpreters import the same code.
+IMPORT_ROOT = os.path.abspath(os.path.join(os.path.dirname(_store.__file__), *([os.pardir] * 5)))
 
 
 class Soak(object):
@@ -125,7 +128,9 @@ class Soak(object):
             path = os.path.join(self.args_dir, "args.json")
             with open(path, "w") as handle:
                 json.dump({"ANSIBLE_MODULE_ARGS": self.module_args(args)}, handle)
-            return _Exec(subprocess.Popen([sys.executable, "-m", MODULE, path],
+            env = dict(os.environ, PYTHONPATH=os.pathsep.join(
+                [IMPORT_ROOT] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]))
+            return _Exec(subprocess.Popen([sys.executable, "-m", MODULE, path], env=env,
                                           stdout=subprocess.PIPE if capture else subprocess.DEVNULL,
                                           stderr=subprocess.DEVNULL))
         return _Fork(self.main, self.module_args(args), capture)

@@ -21,9 +21,11 @@ def load_soak():
 
 
 def test_thirty_random_kills_lose_nothing(tmp_path):
+    # exec mode: a fresh interpreter per run, as Ansible runs modules (forking a pytest worker,
+    # which may have threads, could deadlock the child).
     soak = load_soak()
     out = io.StringIO()
-    counts, failures = soak.soak(30, mode="fork", seed=20260820, workdir=str(tmp_path), out=out)
+    counts, failures = soak.soak(30, mode="exec", seed=20260820, workdir=str(tmp_path), out=out)
     assert counts["kills"] == 30 and counts["killed_mid_run"] > 0, (counts, out.getvalue())
     assert [name for name in soak.FAILURE_CHECKS if counts[name]] == [], failures
 
@@ -31,7 +33,7 @@ def test_thirty_random_kills_lose_nothing(tmp_path):
 def test_the_checks_catch_a_lost_ledger_entry(tmp_path):
     """The soak's own checks fail when ownership is lost (here: a drain's ledger entries removed)."""
     soak = load_soak()
-    runner = soak.Soak(str(tmp_path / "host"), "fork", None, io.StringIO())
+    runner = soak.Soak(str(tmp_path / "host"), "exec", None, io.StringIO())
     name, args = runner.task(0)
     assert runner.complete(name, args)["changed"] is True
     runner.check(0, name)
