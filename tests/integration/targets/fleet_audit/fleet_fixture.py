@@ -132,10 +132,16 @@ def _config(tree, a, b):
     return ["audit_incomplete"]
 
 
+def _hypeman(tree, a, b):
+    # A running hypeman (no unit in the inventory: a store edit must refuse rather than race it).
+    tree.add_process(comm="hypeman-api", cmdline=["/opt/hypeman/bin/hypeman-api"])
+    return []
+
+
 PROBLEMS = {
     "ok": _ok, "legacy": _legacy, "invalid": _invalid, "drained": _drained, "draining": _draining,
     "overflow": _overflow, "sentinel": _sentinel, "pending": _pending, "stale": _stale, "below": _below,
-    "metadata": _metadata, "config": _config, "novfs": _novfs,
+    "metadata": _metadata, "config": _config, "novfs": _novfs, "hypeman": _hypeman,
 }
 # The benchmark's mix: mostly healthy hosts, some quarantines, some findings.
 MIX = ("ok", "ok", "overflow", "ok", "sentinel", "ok", "below", "drained", "ok", "pending")

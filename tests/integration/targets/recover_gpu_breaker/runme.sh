@@ -5,6 +5,7 @@
 #   drained-002:    card B drained (every VF quarantined);
 #   novfs-003:      card B left by SR-IOV without VFs (sriov_numvfs 0);
 #   invalid-004:    a store hypeman cannot load: placement disabled on both cards;
+#   hypeman-005:    healthy, with a hypeman process running (and no unit to stop it);
 #   unreachable-000: nothing listens there.
 # Every run here must end refused, with every tree unchanged: by the breaker,
 # by the input checks, or (once the breaker passes) by sr_iov_cycle's
@@ -21,7 +22,7 @@ CARD_B=0000:83:00.0
 BREAKER="Circuit breaker: recovering would put"
 PASSED="is not on this host's allowlist of cards automation may cycle"
 
-fixture build --dir "$work" --hosts ok,ok,drained,novfs,invalid --unreachable 1 > /dev/null
+fixture build --dir "$work" --hosts ok,ok,drained,novfs,invalid,hypeman --unreachable 1 > /dev/null
 fixture checksum --dir "$work" > "$work/tree-0.json"
 
 # refused NAME EXPECTED_RC ARGS...: run the playbook into $work/NAME.log; it must
@@ -113,4 +114,24 @@ refused unreachable 4 -e target_hosts=ok-000,ok-001,unreachable-000 -e target_gp
 has unreachable "fatal: [unreachable-000]: UNREACHABLE!"
 lacks unreachable "Cards out at once"
 no_recovery unreachable
+
+# 8. Past the breaker and preflight in check mode (forced, with an allowlist and an sriov-manage):
+#    the drain's store edit is refused, since a hypeman process runs and no unit is given to stop
+#    it. The failure says so and claims nothing check mode did not write.
+past_preflight=(-e target_hosts=hypeman-005 -e "target_gpu=$CARD_B" -e max_capacity_loss_pct=100
+  -e sr_iov_cycle_force=true -e sr_iov_cycle_sriov_manage=/usr/bin/true -e "{\"hypeman_vgpu_allowed_gpus\": [\"$CARD_B\"]}")
+refused check-mode 2 --check "${past_preflight[@]}"
+has check-mode "Check mode: the preview of the recovery of $CARD_B stopped in task \"Store edit | Refuse to edit under a hypeman this role does not stop\": hypeman is running (pid "
+has check-mode "| Nothing was changed on the host: no VF was quarantined, nothing was stopped, no resume marker was written."
+lacks check-mode "resume marker $work"
+lacks check-mode "Left behind"
+
+# 9. The plays on the hosts escalate (hypeman_vgpu_become): made to become a user that is not
+#    root, the breaker still reads the trees and preflight refuses before anything is drained.
+chmod 0755 "$work"
+refused not-root 2 "${past_preflight[@]}" -e hypeman_vgpu_become=true -e ansible_become_method=su \
+  -e ansible_become_user=nobody -e "ansible_become_flags='-s /bin/sh'" -e ansible_python_interpreter=/usr/bin/python3
+has not-root "Cards out at once during this run: 1"
+has not-root "The modules run as uid=65534(nobody), not root: the recovery stops and starts systemd units"
+lacks not-root "Drain |"
 echo "recover_gpu_breaker: all checks passed"
