@@ -93,19 +93,37 @@ refused invalid 2 -e target_hosts=ok-000,ok-001,invalid-004 -e target_gpu=$CARD_
 has invalid "$BREAKER 3 card(s) out at once (limit max_cards_in_recovery=2; already out: invalid-004 $CARD_A, invalid-004 $CARD_B)"
 no_recovery invalid
 
-# 6. Missing or wrong inputs: refused before any host is read.
+# 6. Missing or wrong inputs: refused in the first play, before any host is read, naming each
+#    input as typed and what is expected.
+INPUTS="TASK [Recover GPU | Check target_hosts, target_gpu, max_cards_in_recovery and max_capacity_loss_pct]"
+NOTHING="Nothing was read or changed on any host."
 refused no-hosts 2 -e target_gpu=$CARD_A
-has no-hosts "Set target_hosts (a host pattern) and target_gpu, e.g. -e target_hosts=gpu-07 -e target_gpu=0000:82:00.0"
+has no-hosts "target_hosts is not set; expected a host pattern of the inventory, e.g. -e target_hosts=gpu-07 -e target_gpu=0000:82:00.0. $NOTHING"
 refused empty-hosts 2 -e target_hosts= -e target_gpu=$CARD_A
-has empty-hosts "Set target_hosts (a host pattern) and target_gpu"
+has empty-hosts "target_hosts is not set"
 refused typo-hosts 2 -e target_hosts=ok-00 -e target_gpu=$CARD_A
-has typo-hosts 'target_hosts "ok-00" matches no host of the inventory'
-refused no-gpu 2 -e target_hosts=ok-000
-has no-gpu "Set target_gpu (the parent GPU PCI address to recover, like 0000:82:00.0) for ok-000"
-for log in no-hosts empty-hosts typo-hosts no-gpu; do
+has typo-hosts 'target_hosts "ok-00" matches no host of the inventory; expected a host pattern like gpu-07 or gpu-0*.'
+refused no-gpu 2 -e target_hosts=ok-000,ok-001
+has no-gpu "target_gpu is not set for ok-000, ok-001; expected a parent GPU PCI address like 0000:82:00.0 (domain:bus:device.function, hex), as -e target_gpu=... or in host_vars. $NOTHING"
+refused bad-gpu 2 -e target_hosts=ok-000 -e target_gpu=0000:82:00
+has bad-gpu 'target_gpu is "0000:82:00" for ok-000; expected a parent GPU PCI address like 0000:82:00.0 (domain:bus:device.function, hex).'
+refused bad-gpu-type 2 -e target_hosts=ok-000 -e '{"target_gpu": ["0000:82:00.0"]}'
+has bad-gpu-type 'target_gpu is ["0000:82:00.0"] for ok-000; expected a parent GPU PCI address'
+refused bad-limits 2 -e target_hosts=ok-000 -e target_gpu=$CARD_A -e max_cards_in_recovery=two -e max_capacity_loss_pct=150
+has bad-limits 'max_cards_in_recovery is "two"; expected a whole number of cards, 1 or more (default 1). max_capacity_loss_pct is "150"; expected a percentage from 0 to 100 (default 25).'
+refused zero-cards 2 -e target_hosts=ok-000 -e target_gpu=$CARD_A -e max_cards_in_recovery=0
+has zero-cards 'max_cards_in_recovery is "0"; expected a whole number of cards, 1 or more'
+for log in no-hosts empty-hosts typo-hosts no-gpu bad-gpu bad-gpu-type bad-limits zero-cards; do
+  has $log "$INPUTS"
+  lacks $log "sr_iov_cycle_gpu"
+  lacks $log "Read each host's cards"
   lacks $log "Cards out at once"
   no_recovery $log
 done
+# The card may be given upper case or without the domain: it is normalised, and the breaker and
+# the role get 0000:82:00.0 (refused here by the allowlist, after the breaker).
+refused short-gpu 2 -e target_hosts=ok-000,ok-001 -e target_gpu=82:00.0 -e max_capacity_loss_pct=100
+breaker_passed short-gpu $CARD_A ok-000
 
 # 7. A host that cannot be read stops the run before the count, even with
 #    limits that would let the others through: never counted as "not out".
