@@ -143,6 +143,8 @@ has check-mode "Check mode: the preview of the recovery of $CARD_B stopped in ta
 has check-mode "| Nothing was changed on the host: no VF was quarantined, nothing was stopped, no resume marker was written."
 lacks check-mode "resume marker $work"
 lacks check-mode "Left behind"
+# The role stops hypeman around its edits itself: the module must not tell the operator to.
+lacks check-mode "Stop hypeman before this edit"
 
 # 9. The plays on the hosts escalate (hypeman_vgpu_become): made to become a user that is not
 #    root, the breaker still reads the trees and preflight refuses before anything is drained.
@@ -152,4 +154,20 @@ refused not-root 2 "${past_preflight[@]}" -e hypeman_vgpu_become=true -e ansible
 has not-root "Cards out at once during this run: 1"
 has not-root "The modules run as uid=65534(nobody), not root: the recovery stops and starts systemd units"
 lacks not-root "Drain |"
+# 10. Past preflight for real (ok-001, forced): the drain quarantines card A and waits for its two
+#     live instances, every poll naming them and when the wait gives up; it times out, and the
+#     failure names what it left: the quarantined VFs and the resume marker (step "started").
+rc=0
+ansible-playbook -i "$work/inventory.json" hypeman.vgpu.recover_gpu -e target_hosts=ok-001 -e "target_gpu=$CARD_A" \
+  -e max_capacity_loss_pct=100 -e sr_iov_cycle_force=true -e sr_iov_cycle_sriov_manage=/usr/bin/true \
+  -e "{\"hypeman_vgpu_allowed_gpus\": [\"$CARD_A\"]}" -e sr_iov_cycle_drain_timeout=4 \
+  -e sr_iov_cycle_drain_poll_interval=1 > "$work/drain.log" 2>&1 || rc=$?
+cat "$work/drain.log"
+if [ "$rc" != 2 ]; then echo "FAIL: drain exited $rc, expected 2"; exit 1; fi
+waiting="Drain | $CARD_A is held by live instance inst-a; live instance inst-b; 2 VF(s) held open; polling every 1 s until "
+has drain "TASK [hypeman.vgpu.gpu_drain : $waiting"
+grep -F "FAILED - RETRYING: [ok-001]: $waiting" "$work/drain.log" | grep -qF "UTC (1 retries left)." \
+  || { echo "FAIL: drain: no poll line naming what holds the card"; exit 1; }
+has drain "did not drain within 4 s; still there: live instance inst-a; live instance inst-b; 2 VF(s) held open."
+has drain "| Left behind: 16 VF(s) of the card quarantined in the store (placement stays closed on them); DCGM units are started again below; resume marker $work/hosts/ok-001/var/lib/hypeman-vgpu/recovery/$CARD_A.json (step \"started\"); no instance was touched. Fix the cause and run again: the next run resumes after \"started\"."
 echo "recover_gpu_breaker: all checks passed"
