@@ -138,6 +138,21 @@ def api_section(view, api_url, api_token, validate_certs, timeout):
     return section
 
 
+def footprint_section(paths, placement):
+    """What of a hypeman vGPU host the audit found at its paths: NVIDIA SR-IOV cards in sysfs, hypeman's
+    data dir and config. ``not_vgpu`` when neither a card nor the data dir is there: not a hypeman vGPU
+    host, or host paths that point elsewhere (an audit of them would otherwise look healthy). Unknown
+    (False) when placement could not be read: ``audit_incomplete`` says so then."""
+    devices = os.path.join(paths.sysfs_root, "bus", "pci", "devices")
+    cards = None if placement is None else len(
+        [gpu for gpu in placement["gpus"] if (gpu.get("sriov_totalvfs") or 0) > 0 or gpu.get("vf_total")])
+    data_dir_exists = os.path.isdir(paths.data_dir)
+    return {"sysfs_devices": devices, "sysfs_devices_exist": os.path.isdir(devices), "nvidia_sriov_cards": cards,
+            "data_dir": paths.data_dir, "data_dir_exists": data_dir_exists,
+            "config_path": paths.config_path, "config_exists": os.path.exists(paths.config_path),
+            "not_vgpu": cards == 0 and not data_dir_exists}
+
+
 def capacity_section(placement):
     """Slots lost to quarantine; every slot is lost while placement is disabled."""
     slots = placement["slots"]
@@ -224,6 +239,17 @@ def prerequisites(sysfs_root, proc_root, sriov_manage, dcgm_units=DEFAULT_DCGM_U
 def classify(result, hypeman_expected=True):
     """The issues an operator must see, most severe first (codes are documented in docs/audit-report.md)."""
     issues = []
+    footprint = result.get("footprint")
+    if footprint and footprint["not_vgpu"]:
+        issues.append(_issue(
+            "warning", "host_not_vgpu",
+            "nothing of a hypeman vGPU host found: no NVIDIA SR-IOV GPU in %s (%s), no hypeman data directory %s, "
+            "%s config %s" % (footprint["sysfs_devices"],
+                              "it has other devices" if footprint["sysfs_devices_exist"] else "no such directory",
+                              footprint["data_dir"], "a" if footprint["config_exists"] else "no",
+                              footprint["config_path"]),
+            "check this host's paths in the inventory (hypeman_vgpu_sysfs_root, hypeman_vgpu_data_dir, "
+            "hypeman_vgpu_config_path); if it is not a hypeman vGPU host, leave it out of the audit's hosts"))
     for error in result["errors"]:
         issues.append(_issue("critical", "audit_incomplete", "%s: %s" % (error["section"], error["error"]),
                              "fix the unreadable path; the rest of this host's audit may be incomplete"))
@@ -353,7 +379,7 @@ def audit_host(paths, threshold=None, api=None, sentinel=True, prereq=None, hype
         if threshold is not None else _config_threshold(paths.config_path, errors)
     result = {"threshold": threshold, "threshold_source": threshold_source, "errors": errors,
               "store": None, "placement": None, "sentinel": None, "api": None, "capacity": None,
-              "hypeman": hypeman_section(paths.proc_root), "prerequisites": None}
+              "hypeman": hypeman_section(paths.proc_root), "prerequisites": None, "footprint": None}
     if result["hypeman"]["error"]:
         errors.append({"section": "hypeman", "error": result["hypeman"]["error"]})
     view = None
@@ -376,6 +402,7 @@ def audit_host(paths, threshold=None, api=None, sentinel=True, prereq=None, hype
         discovered = set(vf["address"] for vf in view["vfs"])
         discovered.update(entry.get("address") for entry in view["unreadable_vfs"])
     result["store"] = store_section(store, threshold, ledger, discovered)
+    result["footprint"] = footprint_section(paths, result["placement"])
     if sentinel:
         try:
             result["sentinel"] = sentinel_section(paths.data_dir, paths.state_dir, store, threshold)

@@ -26,6 +26,9 @@ description:
     the files.
   - Optionally the host prerequisites (O(prerequisites)) - IOMMU, vfio and NVIDIA vGPU modules,
     C(sriov-manage), vendor-VFIO framework, DCGM units - each with a fix.
+  - What of a hypeman vGPU host was found at the given paths (RV(footprint)). A host with neither an NVIDIA SR-IOV
+    GPU under O(sysfs_root) nor hypeman's O(data_dir) gets the issue C(host_not_vgpu), so an inventory with wrong
+    host paths (or a host that is not a hypeman vGPU host) never looks healthy.
   - RV(issues) classifies all of it for an operator; RV(needs_action) is true when any issue is a warning or
     critical. A section that cannot be read is reported in RV(errors) and the rest is still returned.
 extends_documentation_fragment:
@@ -306,6 +309,40 @@ prerequisites:
   type: list
   elements: dict
   sample: [{"name": "iommu", "status": "pass", "detail": "kernel command line has intel_iommu=on", "fix": null}]
+footprint:
+  description:
+    - What of a hypeman vGPU host the audit found at its paths. C(not_vgpu) is true when there is neither an NVIDIA
+      SR-IOV GPU nor hypeman's data directory (issue C(host_not_vgpu)); false while the cards cannot be read.
+  returned: always
+  type: dict
+  contains:
+    sysfs_devices:
+      description: The PCI devices directory looked at (C(<sysfs_root>/bus/pci/devices)).
+      type: str
+    sysfs_devices_exist:
+      description: Whether that directory exists.
+      type: bool
+    nvidia_sriov_cards:
+      description: NVIDIA SR-IOV capable GPUs found there (null when placement could not be read).
+      type: int
+    data_dir:
+      description: hypeman's data directory looked at.
+      type: str
+    data_dir_exists:
+      description: Whether it is a directory.
+      type: bool
+    config_path:
+      description: hypeman's config file looked at.
+      type: str
+    config_exists:
+      description: Whether it exists.
+      type: bool
+    not_vgpu:
+      description: Neither a card nor the data directory was found.
+      type: bool
+  sample: {"sysfs_devices": "/sys/bus/pci/devices", "sysfs_devices_exist": true, "nvidia_sriov_cards": 2,
+           "data_dir": "/var/lib/hypeman", "data_dir_exists": true, "config_path": "/etc/hypeman/config.yaml",
+           "config_exists": true, "not_vgpu": false}
 issues:
   description:
     - What an operator should know, most severe first, as C({severity, code, message, action, subject}).

@@ -46,7 +46,7 @@ options:
       - V(quarantined) quarantines each VF by hand (drain), keeping its failures, and records the
         quarantine as owned in the ledger with O(reason).
       - V(absent) removes each VF's whole record. With O(owned_only=true) quarantines the ledger does not
-        own are skipped and reported as C(skipped_not_owned).
+        own are skipped, reported as C(skipped_not_owned) and named in a warning.
       - V(repaired) acts only on an unreadable, invalid or legacy store. It keeps the old file as a
         timestamped backup and writes a valid store in which every VF address found in the old file is
         quarantined. A store hypeman loads but cannot write back (a time with a UTC offset of V(+24:00)) is
@@ -97,6 +97,15 @@ options:
         the same C(quarantined_at)). Records without a quarantine are removed either way.
       - Set to V(false) only when every record of the VFs must go, for example after a verified SR-IOV
         cycle recreated them.
+    type: bool
+    default: true
+  warn_hypeman_running:
+    description:
+      - Warn when a hypeman process runs while this task changes the store (in check mode, would change it),
+        since hypeman overwrites the file from memory on its next report.
+      - Set V(false) when the caller stops hypeman around the edit and starts it after, as the
+        C(hypeman.vgpu.store_edit) role does (it refuses to edit under a hypeman it cannot stop). The warning that
+        whether hypeman runs cannot be told is given either way.
     type: bool
     default: true
   backup:
@@ -602,7 +611,14 @@ class Run(object):
             settled = _ledger.settle(self.ledger, state_dir, _store.load_store(self.path), self.run_id,
                                      check_mode=True)
         result = update.result
-        processes = warn_if_store_edited_while_running(self.module, params["proc_root"], update.changed)
+        processes = warn_if_store_edited_while_running(self.module, params["proc_root"],
+                                                       update.changed and params["warn_hypeman_running"])
+        if result["skipped"]:
+            # The same text in check mode and for a repeated call: Ansible shows a repeated warning once.
+            self.module.warn("kept the quarantine of %s: this collection did not make it (owned_only; hypeman's "
+                             "sentinel or a hand edit did). If it must go anyway, for example after an SR-IOV cycle "
+                             "recreated the VF, clear it with owned_only=false (role clear_quarantine: "
+                             "clear_quarantine_owned_only: false)" % ", ".join(sorted(result["skipped"])))
         output = dict(
             changed=update.changed,
             outcomes=result["outcomes"],
@@ -673,6 +689,7 @@ def main():
             threshold=dict(type="int"),
             reason=dict(type="str"),
             owned_only=dict(type="bool", default=True),
+            warn_hypeman_running=dict(type="bool", default=True),
             backup=dict(type="bool", default=False),
             requested_by=dict(type="str"),
             job_id=dict(type="str"),

@@ -35,7 +35,7 @@ def _issue(severity, code, message, action=None, subject=None):
 # --- one host -----------------------------------------------------------------------------------
 
 _ENTRY_KEYS = ("threshold", "threshold_source", "errors", "store", "placement", "capacity", "sentinel", "hypeman",
-               "api", "prerequisites", "issues", "needs_action")
+               "api", "prerequisites", "footprint", "issues", "needs_action")
 
 
 def host_entry(result, host, audited_at=None, actions=None):
@@ -145,7 +145,7 @@ def summarize(entries):
         "hosts_total": len(entries),
         "hosts_ok": 0, "hosts_needing_action": 0, "hosts_unreachable": 0, "hosts_failed": 0,
         "hosts_store_unavailable": 0, "hosts_api_unreachable": 0, "hosts_api_mismatch": 0,
-        "hosts_hypeman_not_running": 0,
+        "hosts_hypeman_not_running": 0, "hosts_not_vgpu": 0,
         "quarantined_vfs": 0, "quarantined_owned": 0, "quarantined_by_hypeman": 0,
         "pending_quarantine_vfs": 0, "below_threshold_vfs": 0, "stale_records": 0,
         "cards_total": 0, "cards_ready_for_cycle": 0, "cards_overflow_only": 0, "cards_draining": 0,
@@ -155,7 +155,7 @@ def summarize(entries):
         "capacity_loss_pct": 0.0,
         "actions_taken": 0, "hosts_reconcile_failed": 0,
         "issues_by_code": {},
-        "needing_action": [], "unreachable": [], "failed": [], "store_unavailable": [],
+        "needing_action": [], "unreachable": [], "failed": [], "store_unavailable": [], "not_vgpu": [],
         "ready_for_cycle": [], "reconcile_failed": [],
     }
     for entry in entries:
@@ -186,6 +186,9 @@ def summarize(entries):
         summary["hosts_api_unreachable"] += "api_unreachable" in codes
         summary["hosts_api_mismatch"] += "api_mismatch" in codes
         summary["hosts_hypeman_not_running"] += "hypeman_not_running" in codes
+        if "host_not_vgpu" in codes:
+            summary["hosts_not_vgpu"] += 1
+            summary["not_vgpu"].append(host)
         store = entry.get("store") or {}
         summary["quarantined_vfs"] += len(store.get("quarantined") or [])
         summary["quarantined_owned"] += len(store.get("owned") or [])
@@ -222,6 +225,7 @@ def summarize(entries):
 
 _POLICY_RE = re.compile(r"^\s*([a-z_]+)\s*(?:(>=|>)\s*([0-9]+(?:\.[0-9]+)?))?\s*$")
 ISSUE_CODES = ("unreachable", "audit_failed", "no_data", "reconcile_failed", "audit_incomplete", "store_unavailable", "api_unreachable",
+               "host_not_vgpu",
                "pending_quarantine", "stale_records", "sentinel_unreported", "card_ready_for_cycle",
                "card_without_vfs",
                "card_overflow_only", "unreadable_metadata", "unreadable_vfs", "api_mismatch", "hypeman_not_running",
@@ -358,6 +362,7 @@ _SUMMARY_ROWS = (
     ("hosts_total", "Hosts"), ("hosts_needing_action", "Hosts needing action"),
     ("hosts_unreachable", "Unreachable hosts"), ("hosts_failed", "Hosts whose audit failed"),
     ("hosts_store_unavailable", "Hosts with placement disabled (store unavailable)"),
+    ("hosts_not_vgpu", "Hosts where no hypeman vGPU host was found (check their paths)"),
     ("quarantined_vfs", "Quarantined VFs"), ("quarantined_owned", "  of which by this collection"),
     ("quarantined_by_hypeman", "  of which by hypeman"), ("pending_quarantine_vfs", "VFs pending quarantine"),
     ("below_threshold_vfs", "VFs with failures below the threshold"), ("stale_records", "Records for vanished VFs"),
@@ -591,6 +596,9 @@ def render_prometheus(entry):
             ((("verdict", v),), len([f for f in findings if f["verdict"] == v])) for v in ("failed", "ok")])
         _prom_line(out, "sentinel_unreported", "Sentinel verdicts whose report would change the store.",
                    [((), len(sentinel.get("unreported") or []))])
+    if entry.get("footprint") is not None:
+        _prom_line(out, "host_not_vgpu", "1 when neither an NVIDIA SR-IOV GPU nor hypeman's data dir was found "
+                   "at the audited paths.", [((), entry["footprint"]["not_vgpu"])])
     if entry.get("hypeman") is not None and entry["hypeman"].get("running") is not None:
         _prom_line(out, "hypeman_running", "1 when a hypeman process runs.", [((), entry["hypeman"]["running"])])
     if api is not None:

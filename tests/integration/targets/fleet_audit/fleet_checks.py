@@ -67,6 +67,7 @@ def check_report(args):
         "cards_ready_for_cycle": len([c for c in expected.values() if "card_ready_for_cycle" in c]),
         "cards_draining": len([c for c in expected.values() if "card_draining" in c]),
         "cards_without_vfs": len([c for c in expected.values() if "card_without_vfs" in c]),
+        "hosts_not_vgpu": len([c for c in expected.values() if "host_not_vgpu" in c]),
     }
     for key, value in sorted(counts.items()):
         if summary[key] != value:
@@ -212,6 +213,9 @@ def check_prometheus(args):
             fail("%s: hypeman_vgpu_audit_needs_action %s with issues %s" % (host, needs, codes))
         if "store_unavailable" in codes and values.get("hypeman_vgpu_store_valid") != "0":
             fail("%s: hypeman_vgpu_store_valid should be 0" % host)
+        if values.get("hypeman_vgpu_host_not_vgpu") != ("1" if "host_not_vgpu" in codes else "0"):
+            fail("%s: hypeman_vgpu_host_not_vgpu %s with issues %s" % (host, values.get("hypeman_vgpu_host_not_vgpu"),
+                                                                       codes))
         if "audit_incomplete" not in codes and 'hypeman_vgpu_slots{kind="total"}' not in values:
             fail("%s: no slots metric in %s" % (host, path))
     print("prometheus textfiles ok")

@@ -132,10 +132,23 @@ def _config(tree, a, b):
     return ["audit_incomplete"]
 
 
+def _wrongpaths(tree, a, b):
+    # The inventory's sysfs root and data dir point where nothing is (a typo in host_vars).
+    tree.inventory_paths = {"hypeman_vgpu_sysfs_root": os.path.join(tree.root, "sys-typo"),
+                            "hypeman_vgpu_data_dir": os.path.join(tree.root, "var", "lib", "hypeman-typo")}
+    return ["host_not_vgpu"]
+
+
+def _hypeman(tree, a, b):
+    # A running hypeman (no unit in the inventory: a store edit must refuse rather than race it).
+    tree.add_process(comm="hypeman-api", cmdline=["/opt/hypeman/bin/hypeman-api"])
+    return []
+
+
 PROBLEMS = {
     "ok": _ok, "legacy": _legacy, "invalid": _invalid, "drained": _drained, "draining": _draining,
     "overflow": _overflow, "sentinel": _sentinel, "pending": _pending, "stale": _stale, "below": _below,
-    "metadata": _metadata, "config": _config, "novfs": _novfs,
+    "metadata": _metadata, "config": _config, "novfs": _novfs, "hypeman": _hypeman, "wrongpaths": _wrongpaths,
 }
 # The benchmark's mix: mostly healthy hosts, some quarantines, some findings.
 MIX = ("ok", "ok", "overflow", "ok", "sentinel", "ok", "below", "drained", "ok", "pending")
@@ -153,10 +166,12 @@ def build_host(root, problem):
 
 
 def host_vars(tree, python):
-    return {"ansible_connection": "local", "ansible_python_interpreter": python,
+    host = {"ansible_connection": "local", "ansible_python_interpreter": python,
             "hypeman_vgpu_data_dir": tree.data_dir, "hypeman_vgpu_sysfs_root": tree.sysfs_root,
             "hypeman_vgpu_proc_root": tree.proc_root, "hypeman_vgpu_dev_root": tree.dev_root,
             "hypeman_vgpu_state_dir": tree.state_dir, "hypeman_vgpu_config_path": tree.config_path}
+    host.update(getattr(tree, "inventory_paths", {}))
+    return host
 
 
 def build_fleet(directory, problems, unreachable=0, python=None):

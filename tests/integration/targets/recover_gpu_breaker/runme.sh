@@ -5,6 +5,7 @@
 #   drained-002:    card B drained (every VF quarantined);
 #   novfs-003:      card B left by SR-IOV without VFs (sriov_numvfs 0);
 #   invalid-004:    a store hypeman cannot load: placement disabled on both cards;
+#   hypeman-005:    healthy, with a hypeman process running (and no unit to stop it);
 #   unreachable-000: nothing listens there.
 # Every run here must end refused, with every tree unchanged: by the breaker,
 # by the input checks, or (once the breaker passes) by sr_iov_cycle's
@@ -21,7 +22,7 @@ CARD_B=0000:83:00.0
 BREAKER="Circuit breaker: recovering would put"
 PASSED="is not on this host's allowlist of cards automation may cycle"
 
-fixture build --dir "$work" --hosts ok,ok,drained,novfs,invalid --unreachable 1 > /dev/null
+fixture build --dir "$work" --hosts ok,ok,drained,novfs,invalid,hypeman --unreachable 1 > /dev/null
 fixture checksum --dir "$work" > "$work/tree-0.json"
 
 # refused NAME EXPECTED_RC ARGS...: run the playbook into $work/NAME.log; it must
@@ -92,19 +93,37 @@ refused invalid 2 -e target_hosts=ok-000,ok-001,invalid-004 -e target_gpu=$CARD_
 has invalid "$BREAKER 3 card(s) out at once (limit max_cards_in_recovery=2; already out: invalid-004 $CARD_A, invalid-004 $CARD_B)"
 no_recovery invalid
 
-# 6. Missing or wrong inputs: refused before any host is read.
+# 6. Missing or wrong inputs: refused in the first play, before any host is read, naming each
+#    input as typed and what is expected.
+INPUTS="TASK [Recover GPU | Check target_hosts, target_gpu, max_cards_in_recovery and max_capacity_loss_pct]"
+NOTHING="Nothing was read or changed on any host."
 refused no-hosts 2 -e target_gpu=$CARD_A
-has no-hosts "Set target_hosts (a host pattern) and target_gpu, e.g. -e target_hosts=gpu-07 -e target_gpu=0000:82:00.0"
+has no-hosts "target_hosts is not set; expected a host pattern of the inventory, e.g. -e target_hosts=gpu-07 -e target_gpu=0000:82:00.0. $NOTHING"
 refused empty-hosts 2 -e target_hosts= -e target_gpu=$CARD_A
-has empty-hosts "Set target_hosts (a host pattern) and target_gpu"
+has empty-hosts "target_hosts is not set"
 refused typo-hosts 2 -e target_hosts=ok-00 -e target_gpu=$CARD_A
-has typo-hosts 'target_hosts "ok-00" matches no host of the inventory'
-refused no-gpu 2 -e target_hosts=ok-000
-has no-gpu "Set target_gpu (the parent GPU PCI address to recover, like 0000:82:00.0) for ok-000"
-for log in no-hosts empty-hosts typo-hosts no-gpu; do
+has typo-hosts 'target_hosts "ok-00" matches no host of the inventory; expected a host pattern like gpu-07 or gpu-0*.'
+refused no-gpu 2 -e target_hosts=ok-000,ok-001
+has no-gpu "target_gpu is not set for ok-000, ok-001; expected a parent GPU PCI address like 0000:82:00.0 (domain:bus:device.function, hex), as -e target_gpu=... or in host_vars. $NOTHING"
+refused bad-gpu 2 -e target_hosts=ok-000 -e target_gpu=0000:82:00
+has bad-gpu 'target_gpu is "0000:82:00" for ok-000; expected a parent GPU PCI address like 0000:82:00.0 (domain:bus:device.function, hex).'
+refused bad-gpu-type 2 -e target_hosts=ok-000 -e '{"target_gpu": ["0000:82:00.0"]}'
+has bad-gpu-type 'target_gpu is ["0000:82:00.0"] for ok-000; expected a parent GPU PCI address'
+refused bad-limits 2 -e target_hosts=ok-000 -e target_gpu=$CARD_A -e max_cards_in_recovery=two -e max_capacity_loss_pct=150
+has bad-limits 'max_cards_in_recovery is "two"; expected a whole number of cards, 1 or more (default 1). max_capacity_loss_pct is "150"; expected a percentage from 0 to 100 (default 25).'
+refused zero-cards 2 -e target_hosts=ok-000 -e target_gpu=$CARD_A -e max_cards_in_recovery=0
+has zero-cards 'max_cards_in_recovery is "0"; expected a whole number of cards, 1 or more'
+for log in no-hosts empty-hosts typo-hosts no-gpu bad-gpu bad-gpu-type bad-limits zero-cards; do
+  has $log "$INPUTS"
+  lacks $log "sr_iov_cycle_gpu"
+  lacks $log "Read each host's cards"
   lacks $log "Cards out at once"
   no_recovery $log
 done
+# The card may be given upper case or without the domain: it is normalised, and the breaker and
+# the role get 0000:82:00.0 (refused here by the allowlist, after the breaker).
+refused short-gpu 2 -e target_hosts=ok-000,ok-001 -e target_gpu=82:00.0 -e max_capacity_loss_pct=100
+breaker_passed short-gpu $CARD_A ok-000
 
 # 7. A host that cannot be read stops the run before the count, even with
 #    limits that would let the others through: never counted as "not out".
@@ -113,4 +132,42 @@ refused unreachable 4 -e target_hosts=ok-000,ok-001,unreachable-000 -e target_gp
 has unreachable "fatal: [unreachable-000]: UNREACHABLE!"
 lacks unreachable "Cards out at once"
 no_recovery unreachable
+
+# 8. Past the breaker and preflight in check mode (forced, with an allowlist and an sriov-manage):
+#    the drain's store edit is refused, since a hypeman process runs and no unit is given to stop
+#    it. The failure says so and claims nothing check mode did not write.
+past_preflight=(-e target_hosts=hypeman-005 -e "target_gpu=$CARD_B" -e max_capacity_loss_pct=100
+  -e sr_iov_cycle_force=true -e sr_iov_cycle_sriov_manage=/usr/bin/true -e "{\"hypeman_vgpu_allowed_gpus\": [\"$CARD_B\"]}")
+refused check-mode 2 --check "${past_preflight[@]}"
+has check-mode "Check mode: the preview of the recovery of $CARD_B stopped in task \"Store edit | Refuse to edit under a hypeman this role does not stop\": hypeman is running (pid "
+has check-mode "| Nothing was changed on the host: no VF was quarantined, nothing was stopped, no resume marker was written."
+lacks check-mode "resume marker $work"
+lacks check-mode "Left behind"
+# The role stops hypeman around its edits itself: the module must not tell the operator to.
+lacks check-mode "Stop hypeman before this edit"
+
+# 9. The plays on the hosts escalate (hypeman_vgpu_become): made to become a user that is not
+#    root, the breaker still reads the trees and preflight refuses before anything is drained.
+chmod 0755 "$work"
+refused not-root 2 "${past_preflight[@]}" -e hypeman_vgpu_become=true -e ansible_become_method=su \
+  -e ansible_become_user=nobody -e "ansible_become_flags='-s /bin/sh'" -e ansible_python_interpreter=/usr/bin/python3
+has not-root "Cards out at once during this run: 1"
+has not-root "The modules run as uid=65534(nobody), not root: the recovery stops and starts systemd units"
+lacks not-root "Drain |"
+# 10. Past preflight for real (ok-001, forced): the drain quarantines card A and waits for its two
+#     live instances, every poll naming them and when the wait gives up; it times out, and the
+#     failure names what it left: the quarantined VFs and the resume marker (step "started").
+rc=0
+ansible-playbook -i "$work/inventory.json" hypeman.vgpu.recover_gpu -e target_hosts=ok-001 -e "target_gpu=$CARD_A" \
+  -e max_capacity_loss_pct=100 -e sr_iov_cycle_force=true -e sr_iov_cycle_sriov_manage=/usr/bin/true \
+  -e "{\"hypeman_vgpu_allowed_gpus\": [\"$CARD_A\"]}" -e sr_iov_cycle_drain_timeout=4 \
+  -e sr_iov_cycle_drain_poll_interval=1 > "$work/drain.log" 2>&1 || rc=$?
+cat "$work/drain.log"
+if [ "$rc" != 2 ]; then echo "FAIL: drain exited $rc, expected 2"; exit 1; fi
+waiting="Drain | $CARD_A is held by live instance inst-a; live instance inst-b; 2 VF(s) held open; polling every 1 s until "
+has drain "TASK [hypeman.vgpu.gpu_drain : $waiting"
+grep -F "FAILED - RETRYING: [ok-001]: $waiting" "$work/drain.log" | grep -qF "UTC (1 retries left)." \
+  || { echo "FAIL: drain: no poll line naming what holds the card"; exit 1; }
+has drain "did not drain within 4 s; still there: live instance inst-a; live instance inst-b; 2 VF(s) held open."
+has drain "| Left behind: 16 VF(s) of the card quarantined in the store (placement stays closed on them); DCGM units are started again below; resume marker $work/hosts/ok-001/var/lib/hypeman-vgpu/recovery/$CARD_A.json (step \"started\"); no instance was touched. Fix the cause and run again: the next run resumes after \"started\"."
 echo "recover_gpu_breaker: all checks passed"

@@ -7,9 +7,12 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import shutil
 import stat
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from ansible_collections.hypeman.vgpu.plugins.module_utils import _audit, _gotime, _hypeman, _ledger, _sentinel, _store_write
 from ansible_collections.hypeman.vgpu.plugins.module_utils._errors import VgpuError
@@ -294,3 +297,132 @@ def test_prerequisites(tree, tmp_path):
 def test_result_is_json_serialisable(tree):
     tree.write_store([{"vf_address": tree.card_b.vfs[0], "quarantined_at": Q_AT}])
     json.dumps(audit(tree))
+
+
+# --- host_not_vgpu: nothing of a hypeman vGPU host at the audited paths ---------------------------
+
+def test_nothing_at_the_paths_is_host_not_vgpu(tmp_path):
+    # An inventory whose host paths point nowhere: without the flag this audit would say "ok".
+    os.makedirs(str(tmp_path / "proc"))  # (no process: hypeman_expected is off, as on a fleet without it)
+    nowhere = _audit.Paths(str(tmp_path / "data"), str(tmp_path / "data" / "gpu" / "vf-health.json"),
+                           str(tmp_path / "sys"), str(tmp_path / "proc"), str(tmp_path / "dev"),
+                           str(tmp_path / "state"), str(tmp_path / "config.yaml"))
+    result, _warnings = _audit.audit_host(nowhere, hypeman_expected=False)
+    assert codes(result) == ["host_not_vgpu"]
+    assert result["needs_action"] is True
+    issue = result["issues"][0]
+    assert issue["severity"] == "warning"
+    assert issue["message"] == (
+        "nothing of a hypeman vGPU host found: no NVIDIA SR-IOV GPU in %s (no such directory), no hypeman data "
+        "directory %s, no config %s" % (tmp_path / "sys" / "bus" / "pci" / "devices", tmp_path / "data",
+                                        tmp_path / "config.yaml"))
+    assert "hypeman_vgpu_sysfs_root, hypeman_vgpu_data_dir" in issue["action"]
+    assert result["footprint"] == {
+        "sysfs_devices": str(tmp_path / "sys" / "bus" / "pci" / "devices"), "sysfs_devices_exist": False,
+        "nvidia_sriov_cards": 0, "data_dir": str(tmp_path / "data"), "data_dir_exists": False,
+        "config_path": str(tmp_path / "config.yaml"), "config_exists": False, "not_vgpu": True}
+
+
+def test_host_not_vgpu_comes_first_among_warnings(tmp_path):
+    tree = HostTree(tmp_path / "host")
+    tree.add_device("0000:3b:00.0")  # an NVIDIA GPU without SR-IOV
+    shutil.rmtree(tree.data_dir)
+    result = audit(tree, hypeman_expected=True)
+    assert [i["code"] for i in result["issues"]] == ["host_not_vgpu", "hypeman_not_running"]
+    assert "(it has other devices)" in result["issues"][0]["message"]
+
+
+def test_gpu_less_hypeman_host_is_not_flagged(tmp_path):
+    # hypeman's data dir is there, no GPU: a hypeman host without vGPUs, nothing to do.
+    tree = HostTree(tmp_path / "host")
+    tree.write_config(threshold=2)
+    assert os.path.isdir(tree.data_dir)
+    result = audit(tree)
+    assert result["footprint"]["nvidia_sriov_cards"] == 0 and result["footprint"]["data_dir_exists"] is True
+    assert codes(result) == []
+
+
+def test_cards_without_a_data_dir_are_not_flagged(tree):
+    # A vGPU host on which hypeman has not run yet (no data dir): the cards show what it is.
+    shutil.rmtree(tree.data_dir)
+    result = audit(tree)
+    assert result["footprint"]["nvidia_sriov_cards"] == 2 and "host_not_vgpu" not in codes(result)
+
+
+def test_a_card_left_without_vfs_still_counts_as_a_card(tmp_path):
+    tree = HostTree(tmp_path / "host")
+    card = tree.add_card("A100", "0000:82:00.0")
+    tree.remove_vfs(card.address)
+    result = audit(tree)
+    assert result["footprint"]["nvidia_sriov_cards"] == 1
+    assert codes(result) == ["card_without_vfs"]
+
+
+def test_unknown_cards_are_not_flagged(tree):
+    # Placement could not be read: whether there are cards is unknown, audit_incomplete says so.
+    tree.write_config(raw="gpu:\n  vf_quarantine_threshold: zero\n")
+    shutil.rmtree(tree.data_dir, ignore_errors=True)
+    result = audit(tree)
+    assert result["footprint"]["nvidia_sriov_cards"] is None and result["footprint"]["not_vgpu"] is False
+    assert "host_not_vgpu" not in codes(result)
+
+
+settings.register_profile("fuzz", max_examples=2000, deadline=None)
+settings.register_profile("default", max_examples=40, deadline=None)
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "default"))
+
+_PATH_KINDS = ("missing", "directory", "file", "symlink_to_dir", "dangling_symlink", "fifo", "symlink_loop")
+# The config as a FIFO or non-UTF-8 bytes is left out: reading hypeman's config is not this flag's
+# business (the config reader blocks on a FIFO and raises on such bytes; reported to its owners).
+_CONFIG_KINDS = tuple(kind for kind in _PATH_KINDS if kind != "fifo")
+
+
+def _make(path, kind, target_dir, content=b"\x00\xff garbage"):
+    if kind == "directory":
+        os.makedirs(path)
+    elif kind == "file":
+        with open(path, "wb") as handle:
+            handle.write(content)
+    elif kind == "symlink_to_dir":
+        os.symlink(target_dir, path)
+    elif kind == "dangling_symlink":
+        os.symlink(path + ".nowhere", path)
+    elif kind == "fifo":
+        os.mkfifo(path)
+    elif kind == "symlink_loop":
+        os.symlink(os.path.basename(path), path)
+
+
+@given(data_dir=st.sampled_from(_PATH_KINDS), config=st.sampled_from(_CONFIG_KINDS),
+       devices=st.sampled_from(("missing", "empty", "other_gpu", "sriov_card", "card_without_vfs")))
+def test_host_not_vgpu_is_exactly_no_card_and_no_data_dir(tmp_path_factory, data_dir, config, devices):
+    # Whatever sits at the data dir and config paths (hostile kinds included), the audit answers
+    # without an error about them, and flags the host exactly when it finds no card and no data dir.
+    root = str(tmp_path_factory.mktemp("host"))
+    tree = HostTree(root)
+    if devices == "empty":
+        os.makedirs(os.path.join(tree.sysfs_root, "bus", "pci", "devices"), exist_ok=True)
+    elif devices == "other_gpu":
+        tree.add_device("0000:3b:00.0")
+    elif devices in ("sriov_card", "card_without_vfs"):
+        card = tree.add_card("A100", "0000:82:00.0")
+        if devices == "card_without_vfs":
+            tree.remove_vfs(card.address)
+    shutil.rmtree(tree.data_dir)
+    os.makedirs(os.path.dirname(tree.config_path), exist_ok=True)
+    spare = os.path.join(root, "spare-dir")
+    os.makedirs(spare)
+    _make(tree.data_dir, data_dir, spare)
+    _make(tree.config_path, config, spare, content=b"gpu:\n  vf_quarantine_threshold: 2\n")
+    result, _warnings = _audit.audit_host(paths(tree), hypeman_expected=False, sentinel=False)
+    footprint = result["footprint"]
+    if result["placement"] is None:
+        assert footprint["not_vgpu"] is False and "host_not_vgpu" not in codes(result)
+        return
+    has_card = devices in ("sriov_card", "card_without_vfs")
+    has_data_dir = data_dir in ("directory", "symlink_to_dir")
+    assert footprint["nvidia_sriov_cards"] == (1 if has_card else 0)
+    assert footprint["data_dir_exists"] is has_data_dir
+    assert footprint["not_vgpu"] is (not has_card and not has_data_dir)
+    assert ("host_not_vgpu" in codes(result)) is footprint["not_vgpu"]
+    json.dumps(result)

@@ -55,3 +55,22 @@ def test_bad_threshold_fails_cleanly(tree, capsys):
     result = run(tree, capsys, threshold=0)
     assert result["failed"] is True
     assert result["msg"] == "threshold is 0; expected a whole number >= 1"
+
+
+def test_host_paths_that_point_nowhere_are_flagged(tmp_path, capsys):
+    # A first inventory with wrong paths: the audit must not call the host "ok".
+    (tmp_path / "proc").mkdir()
+    result = run_module(host_audit_info.main, {
+        "data_dir": str(tmp_path / "hypeman"), "sysfs_root": str(tmp_path / "sys"), "proc_root": str(tmp_path / "proc"),
+        "dev_root": str(tmp_path / "dev"), "config_path": str(tmp_path / "config.yaml"),
+        "state_dir": str(tmp_path / "state"), "hypeman_expected": False}, capsys)
+    assert [i["code"] for i in result["issues"]] == ["host_not_vgpu"]
+    assert result["needs_action"] is True
+    assert result["footprint"]["not_vgpu"] is True
+    assert str(tmp_path / "hypeman") in result["issues"][0]["message"]
+
+
+def test_footprint_of_a_vgpu_host(tree, capsys):
+    footprint = run(tree, capsys)["footprint"]
+    assert footprint["nvidia_sriov_cards"] == 2 and footprint["data_dir_exists"] is True
+    assert footprint["not_vgpu"] is False

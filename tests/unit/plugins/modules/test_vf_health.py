@@ -510,6 +510,36 @@ def test_warns_when_hypeman_runs(host, capsys):
     assert result["hypeman_running"] is True and not result["warning_texts"]  # nothing changed
 
 
+def test_caller_that_stops_hypeman_gets_no_running_warning(host, capsys):
+    # The store_edit role stops hypeman around the edit itself: the module must not tell the operator to.
+    host.tree.add_process(comm="hypeman-api", cmdline=["/opt/hypeman/bin/hypeman-api"])
+    for check_mode in (True, False):
+        result = host.run(capsys, check_mode=check_mode, state="quarantined", vf_addresses=[host.vfs[0]],
+                          warn_hypeman_running=False)
+        assert result["changed"] is True and result["hypeman_running"] is True
+        assert not result["warning_texts"]
+        host.run(capsys, state="absent", vf_addresses=[host.vfs[0]], owned_only=False)
+
+
+def test_kept_foreign_quarantine_is_a_warning(host, capsys):
+    theirs = host.vfs[1]
+    store = host.store()
+    store.quarantine(theirs)  # hypeman's or an operator's, unknown to the ledger
+    host.put(store.to_bytes())
+    texts = []
+    for check_mode in (True, False):
+        result = host.run(capsys, check_mode=check_mode, state="absent", vf_addresses=[host.vfs[0], theirs])
+        assert result["outcomes"][theirs] == "skipped_not_owned"
+        texts.append(result["warning_texts"])
+    # Identical in check mode and for real, so Ansible shows it once when a role plans and then edits.
+    assert texts[0] == texts[1] == [
+        "kept the quarantine of %s: this collection did not make it (owned_only; hypeman's sentinel or a hand edit "
+        "did). If it must go anyway, for example after an SR-IOV cycle recreated the VF, clear it with "
+        "owned_only=false (role clear_quarantine: clear_quarantine_owned_only: false)" % theirs]
+    result = host.run(capsys, state="absent", vf_addresses=[theirs], owned_only=False, reason="after cycle")
+    assert result["outcomes"] == {theirs: "cleared"} and not result["warning_texts"]
+
+
 def test_no_hypeman_no_warning(host, capsys):
     host.tree.add_process(comm="sleep")
     result = host.run(capsys, state="quarantined", vf_addresses=[host.vfs[0]])

@@ -128,6 +128,24 @@ def test_card_without_vfs_is_counted_and_shown():
     assert "| 0000:83:00.0 | 0 | 0 | 0 | 0 | no VFs (SR-IOV off) |" in fr.render_markdown(report)
 
 
+def test_host_not_vgpu_is_counted_shown_and_exported():
+    footprint = {"sysfs_devices": "/wrong/sys/bus/pci/devices", "sysfs_devices_exist": False,
+                 "nvidia_sriov_cards": 0, "data_dir": "/wrong/hypeman", "data_dir_exists": False,
+                 "config_path": "/etc/hypeman/config.yaml", "config_exists": False, "not_vgpu": True}
+    nothing = dict(audit_result([issue("warning", "host_not_vgpu")], total=0), footprint=footprint)
+    entries = [fr.host_entry(nothing, "typo-host"), fr.host_entry(audit_result(), "healthy")]
+    assert entries[0]["footprint"] == footprint and entries[0]["status"] == "needs_action"
+    report = fr.build_report(entries, policies=["host_not_vgpu", "hosts_not_vgpu>=1"])
+    assert report["summary"]["hosts_not_vgpu"] == 1 and report["summary"]["not_vgpu"] == ["typo-host"]
+    assert [v["policy"] for v in report["policy"]["violations"]] == ["host_not_vgpu", "hosts_not_vgpu>=1"]
+    assert report["hosts"][0]["host"] == "typo-host"
+    assert "| Hosts where no hypeman vGPU host was found (check their paths) | 1 |" in fr.render_markdown(report)
+    assert "<th>Hosts where no hypeman vGPU host was found (check their paths)</th><td>1</td>" in fr.render_html(report)
+    assert "hypeman_vgpu_host_not_vgpu 1\n" in fr.render_prometheus(report["hosts"][0])
+    # An entry without the section (an older audit result in AWX's fact cache) exports no such line.
+    assert "host_not_vgpu" not in fr.render_prometheus(report["hosts"][1])
+
+
 @pytest.mark.parametrize("policies, violated", [
     ([], []),
     (["store_unavailable"], ["store_unavailable"]),
