@@ -12,7 +12,7 @@ decoding escapes and invalid UTF-8 as Go does.
 
 from __future__ import annotations
 
-from ansible_collections.hypeman.vgpu.plugins.module_utils._store import (
+from ansible_collections.hypeman.vgpu.plugins.module_utils._govalues import (
     GoSyntaxError, JsonNumber, JsonObject, RawString, go_quote,
 )
 

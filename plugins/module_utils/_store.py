@@ -35,6 +35,10 @@ import stat
 
 from ansible_collections.hypeman.vgpu.plugins.module_utils._errors import VgpuError
 from ansible_collections.hypeman.vgpu.plugins.module_utils import _fileio, _gotime
+# Shared with _gojson (which _store loads lazily): defined there so the two import one way.
+from ansible_collections.hypeman.vgpu.plugins.module_utils._govalues import (
+    GoSyntaxError, JsonNumber, JsonObject, go_quote, raw_text,
+)
 
 STORE_RELPATH = "gpu/vf-health.json"
 STORE_VERSION = 1
@@ -73,33 +77,6 @@ def normalize_vf_address(text, what="VF", example="0000:82:00.4"):
 # --- Go text helpers -------------------------------------------------------------
 
 
-def go_quote(text):
-    """Go's ``strconv.Quote`` (what ``%q`` prints) for a decoded string."""
-    out = ['"']
-    for char in text:
-        code = ord(char)
-        if char == '"' or char == "\\":
-            out.append("\\" + char)
-        elif 0xD800 <= code <= 0xDFFF:
-            out.append("\\ufffd")
-        elif code < 0x80:
-            if 0x20 <= code < 0x7F:
-                out.append(char)
-            else:
-                out.append(_GO_CONTROL_ESCAPES.get(char) or "\\x%02x" % code)
-        elif char.isprintable():
-            out.append(char)
-        elif code < 0x10000:
-            out.append("\\u%04x" % code)
-        else:
-            out.append("\\U%08x" % code)
-    out.append('"')
-    return "".join(out)
-
-
-_GO_CONTROL_ESCAPES = {"\a": "\\a", "\b": "\\b", "\f": "\\f", "\n": "\\n", "\r": "\\r", "\t": "\\t", "\v": "\\v"}
-
-
 def go_errno_text(err):
     """Go's syscall.Errno text: the C message with a lowercase first letter."""
     text = err.strerror or str(err)
@@ -107,30 +84,6 @@ def go_errno_text(err):
 
 
 # --- JSON value tree (both decoding paths build the same shapes) ---------------------
-
-
-class GoSyntaxError(Exception):
-    """Go's json syntax error, with Go's text."""
-
-
-class JsonObject(list):
-    """A JSON object as its (key, value) pairs in file order (duplicates kept)."""
-
-
-class JsonNumber(str):
-    """A JSON number as its literal text (Go reports it, e.g. ``number 1.5``)."""
-
-
-class RawString(str):
-    """A decoded JSON string that also keeps its bytes as written (Go's time
-    decoding parses the raw bytes between the quotes, escapes included)."""
-
-    __slots__ = ("raw",)
-
-
-def raw_text(value):
-    raw = getattr(value, "raw", None)
-    return value if raw is None else raw
 
 
 def _reject_constant(name):
