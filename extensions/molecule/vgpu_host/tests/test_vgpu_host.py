@@ -72,6 +72,10 @@ def test_sriov_enabled_on_the_allowed_card(sh):
 
 
 def test_ledger_records_the_repair(sh):
-    lines = sh.file(ROOT + "/var/lib/hypeman-vgpu/ledger.jsonl").content_string.splitlines()
-    actions = sorted((json.loads(line)["action"], json.loads(line)["vf_address"]) for line in lines)
+    entries = [json.loads(line) for line in
+               sh.file(ROOT + "/var/lib/hypeman-vgpu/ledger.jsonl").content_string.splitlines()]
+    # Each store write is announced by a write-ahead intent (docs/vf_health.md, "Ledger and ownership").
+    intents = [entry for entry in entries if entry["action"] == "intent"]
+    actions = sorted((entry["action"], entry["vf_address"]) for entry in entries if entry["action"] != "intent")
     assert actions == [("repair", "0000:82:00.6"), ("repair", "0000:82:00.7")]
+    assert len(intents) == 1 and not [entry for entry in entries if entry["action"] == "abort"]
