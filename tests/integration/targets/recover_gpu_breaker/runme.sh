@@ -190,7 +190,7 @@ chmod 0755 "$stub"
 rc=0
 ansible-playbook -i "$work/inventory.json" hypeman.vgpu.recover_gpu -e target_hosts=novfs-003 -e "target_gpu=$CARD_B" \
   -e sr_iov_cycle_force=true -e "sr_iov_cycle_sriov_manage=$stub" -e sr_iov_cycle_sriov_timeout=1 \
-  -e sr_iov_cycle_sriov_retries=0 -e sr_iov_cycle_sriov_poll_interval=1 \
+  -e sr_iov_cycle_sriov_retries=0 -e sr_iov_cycle_sriov_poll_interval=1 -e "ansible_async_dir=$work/async" \
   -e "{\"hypeman_vgpu_allowed_gpus\": [\"$CARD_B\"], \"sr_iov_cycle_dcgm_units\": []}" > "$work/novfs-run.log" 2>&1 || rc=$?
 cat "$work/novfs-run.log"
 if [ "$rc" != 2 ]; then echo "FAIL: novfs-run exited $rc, expected 2"; exit 1; fi
