@@ -1,25 +1,41 @@
 #!/usr/bin/env bash
-# Kill a recovery run right after its SR-IOV disable, as an operator's
-# Ctrl-C^2, a lost controller or an OOM kill would.
+# Interrupt a recovery run with Ctrl-C while its sriov-manage -e runs on the host.
 #   interrupt.sh CONTAINER LOG ansible-playbook ARGS...
 # The host's sriov-manage wrapper blocks the enable that follows the disable
-# (see ./sriov-manage); this script waits for that, SIGKILLs the whole
-# ansible-playbook process group on the controller, then kills the orphaned
-# module process left on the host. Exits 0 only when the run was interrupted
-# at that point.
+# until /run/recover-test/release exists (see ./sriov-manage). This script
+# waits for that, sends SIGINT to the ansible-playbook process group on the
+# controller (what Ctrl-C in a terminal does) and waits for it to exit. The
+# job on the host must survive, still blocked: the next run has to wait for
+# it. Exits 0 only when the run was interrupted at that point and the job runs.
 set -uo pipefail
 container=$1 log=$2
 shift 2
-podman exec "$container" sh -c 'mkdir -p /run/recover-test && touch /run/recover-test/interrupt-after-disable'
+podman exec "$container" sh -c \
+  'mkdir -p /run/recover-test && rm -f /run/recover-test/release && touch /run/recover-test/interrupt-after-disable'
 setsid "$@" >"$log" 2>&1 &
 pid=$!
 for _ in $(seq 600); do
   if podman exec "$container" test -e /run/recover-test/blocked.pids; then
-    kill -KILL -- "-$pid"
-    wait "$pid" 2>/dev/null
-    # The wrapper (now "sleep") and its parent, the gpu_sriov module process.
-    podman exec "$container" sh -c 'read -r wrapper module < /run/recover-test/blocked.pids && kill -KILL "$module" "$wrapper"'
-    echo "interrupted after the disable (ansible-playbook pid $pid)"
+    sleep 2  # let the run poll the job once: the Ctrl-C lands in the wait
+    kill -INT -- "-$pid"
+    for _ in $(seq 120); do
+      kill -0 "$pid" 2>/dev/null || break
+      sleep 0.5
+    done
+    if kill -0 "$pid" 2>/dev/null; then
+      echo "ansible-playbook did not stop on Ctrl-C:" >&2
+      tail -20 "$log" >&2
+      kill -KILL -- "-$pid"
+      exit 1
+    fi
+    wait "$pid"
+    rc=$?
+    # The wrapper (blocked) and its parent, the gpu_sriov module process, must still run.
+    if ! podman exec "$container" sh -c 'read -r wrapper module < /run/recover-test/blocked.pids && kill -0 "$module" "$wrapper"'; then
+      echo "the sriov-manage job on the host did not survive the Ctrl-C" >&2
+      exit 1
+    fi
+    echo "interrupted with Ctrl-C while sriov-manage -e ran on the host (ansible-playbook exited $rc)"
     exit 0
   fi
   if ! kill -0 "$pid" 2>/dev/null; then
@@ -30,5 +46,5 @@ for _ in $(seq 600); do
   sleep 0.5
 done
 kill -KILL -- "-$pid"
-echo "timed out waiting for the disable" >&2
+echo "timed out waiting for the enable" >&2
 exit 1

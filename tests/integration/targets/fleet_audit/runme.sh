@@ -27,8 +27,10 @@ check same-tree "$work/tree-0.json" "$work/tree-1.json"
 check report --report "$work/audit/fleet-audit.json" --expected "$work/expected.json"
 check policy --report "$work/audit/fleet-audit.json"
 
-# The same audit in check mode: identical results, nothing touched.
-playbook hypeman.vgpu.audit --check -e audit_report_dir="$work/audit-check"
+# The same audit in check mode: identical results, nothing touched, nothing reported as changed
+# (creating the report directory is the job's output, not a change).
+playbook hypeman.vgpu.audit --check -e audit_report_dir="$work/audit-check" | tee "$work/audit-check.log"
+grep -E 'changed=[1-9]' "$work/audit-check.log" && { echo "FAIL: the check-mode audit reports a change"; exit 1; }
 fixture checksum --dir "$work" > "$work/tree-2.json"
 check same-tree "$work/tree-0.json" "$work/tree-2.json"
 check same-report "$work/audit/fleet-audit.json" "$work/audit-check/fleet-audit.json"

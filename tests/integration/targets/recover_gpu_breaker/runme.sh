@@ -50,34 +50,43 @@ breaker_passed() {
   has "$1" "fatal: [$3]: FAILED!"
 }
 
+# Cases 1 to 5b recover healthy cards (as if they had a quarantined VF): sr_iov_cycle_force
+# makes the breaker count them, as the role would take them out.
+FORCE=(-e sr_iov_cycle_force=true)
+
 # 1. A card elsewhere is already drained: recovering card A would put 2 out at once.
 #    Fleet: 14 + 16 (x2) + 14 = 74 allocatable; card A gives 14 (18.9%).
 fleet3=ok-000,ok-001,drained-002
-refused cards 2 -e target_hosts=$fleet3 -e target_gpu=$CARD_A
+refused cards 2 -e target_hosts=$fleet3 -e target_gpu=$CARD_A "${FORCE[@]}"
 has cards "$BREAKER 2 card(s) out at once (limit max_cards_in_recovery=1; already out: drained-002 $CARD_B) and take 18.9% of the fleet's allocatable slots (limit max_capacity_loss_pct=25.0). Nothing was drained or stopped."
 lacks cards "$PASSED"
 no_recovery cards
 
 # 2. The same with max_cards_in_recovery=2: the breaker passes.
-refused cards-2 2 -e target_hosts=$fleet3 -e target_gpu=$CARD_A -e max_cards_in_recovery=2
+refused cards-2 2 -e target_hosts=$fleet3 -e target_gpu=$CARD_A -e max_cards_in_recovery=2 "${FORCE[@]}"
 has cards-2 "Cards out at once during this run: 2 (limit 2); already out: drained-002 $CARD_B. Largest loss of allocatable slots: 14 of 74 (18.9%, limit 25.0%)."
 breaker_passed cards-2 $CARD_A ok-000
 
 # 3. Capacity: card B holds 16 of the two ok hosts' 60 slots (26.7% > 25%).
-refused capacity 2 -e target_hosts=ok-000,ok-001 -e target_gpu=$CARD_B
+refused capacity 2 -e target_hosts=ok-000,ok-001 -e target_gpu=$CARD_B "${FORCE[@]}"
 has capacity "$BREAKER 1 card(s) out at once (limit max_cards_in_recovery=1; already out: none) and take 26.7% of the fleet's allocatable slots (limit max_capacity_loss_pct=25.0). Nothing was drained or stopped."
 lacks capacity "$PASSED"
 no_recovery capacity
-refused capacity-30 2 -e target_hosts=ok-000,ok-001 -e target_gpu=$CARD_B -e max_capacity_loss_pct=30
+refused capacity-30 2 -e target_hosts=ok-000,ok-001 -e target_gpu=$CARD_B -e max_capacity_loss_pct=30 "${FORCE[@]}"
 has capacity-30 "Cards out at once during this run: 1 (limit 1); already out: none. Largest loss of allocatable slots: 16 of 60 (26.7%, limit 30.0%)."
 breaker_passed capacity-30 $CARD_B ok-000
+# 3b. The same card needing nothing (no quarantine, no interrupted recovery, no force) is not
+#     taken out by the role, so the breaker does not count it: default limits pass.
+refused healthy 2 -e target_hosts=ok-000,ok-001 -e target_gpu=$CARD_B
+has healthy "Cards out at once during this run: 0 (limit 1); already out: none. Largest loss of allocatable slots: 0 of 60 (0.0%, limit 25.0%). Not counted, as they need no recovery (nothing quarantined, no interrupted recovery): ok-000 $CARD_B, ok-001 $CARD_B."
+breaker_passed healthy $CARD_B ok-000
 
 # 4. A card SR-IOV left without VFs is out, like a drained one.
 fleet_novfs=ok-000,ok-001,novfs-003
-refused novfs 2 -e target_hosts=$fleet_novfs -e target_gpu=$CARD_A
+refused novfs 2 -e target_hosts=$fleet_novfs -e target_gpu=$CARD_A "${FORCE[@]}"
 has novfs "$BREAKER 2 card(s) out at once (limit max_cards_in_recovery=1; already out: novfs-003 $CARD_B) and take 18.9% of the fleet's allocatable slots (limit max_capacity_loss_pct=25.0). Nothing was drained or stopped."
 no_recovery novfs
-refused novfs-2 2 -e target_hosts=$fleet_novfs -e target_gpu=$CARD_A -e max_cards_in_recovery=2
+refused novfs-2 2 -e target_hosts=$fleet_novfs -e target_gpu=$CARD_A -e max_cards_in_recovery=2 "${FORCE[@]}"
 breaker_passed novfs-2 $CARD_A ok-000
 
 # 5. Resuming: the target card is the one already out, counted once.
@@ -89,7 +98,8 @@ has resume-novfs "Cards out at once during this run: 1 (limit 1); already out: n
 breaker_passed resume-novfs $CARD_B novfs-003
 
 # 5b. A host whose store hypeman cannot load places nothing: both its cards are out.
-refused invalid 2 -e target_hosts=ok-000,ok-001,invalid-004 -e target_gpu=$CARD_A -e max_cards_in_recovery=2
+refused invalid 2 -e target_hosts=ok-000,ok-001,invalid-004 -e target_gpu=$CARD_A -e max_cards_in_recovery=2 \
+  "${FORCE[@]}"
 has invalid "$BREAKER 3 card(s) out at once (limit max_cards_in_recovery=2; already out: invalid-004 $CARD_A, invalid-004 $CARD_B)"
 no_recovery invalid
 
@@ -171,4 +181,28 @@ grep -F "$waiting" "$work/drain.log" | grep -F "FAILED - RETRYING: [ok-001]: " |
   || { echo "FAIL: drain: no poll line naming what holds the card"; exit 1; }
 has drain "did not drain within 4 s; still there: live instance inst-a; live instance inst-b; 2 VF(s) held open."
 has drain "| Left behind: 16 VF(s) of the card quarantined in the store (placement stays closed on them); DCGM units are started again below; resume marker $work/hosts/ok-001/var/lib/hypeman-vgpu/recovery/$CARD_A.json (step \"started\"); no instance was touched. Fix the cause and run again: the next run resumes after \"started\"."
+# 11. A forced recovery, for real, of the card SR-IOV left without VFs (novfs-003, card B): the
+#     drain says there is nothing to quarantine (not "0 of 0 VFs"), the disable has nothing to do,
+#     the enable runs on the host as a background job that every poll names. The sriov-manage
+#     stub creates no VF, so the enable fails; the failure names the step, the job and the marker.
+stub="$work/sriov-manage"
+printf '#!/bin/sh\necho "$*" >> "%s/sriov-manage.calls"\n' "$work" > "$stub"
+chmod 0755 "$stub"
+rc=0
+ansible-playbook -i "$work/inventory.json" hypeman.vgpu.recover_gpu -e target_hosts=novfs-003 -e "target_gpu=$CARD_B" \
+  -e sr_iov_cycle_force=true -e "sr_iov_cycle_sriov_manage=$stub" -e sr_iov_cycle_sriov_timeout=1 \
+  -e sr_iov_cycle_sriov_retries=0 -e sr_iov_cycle_sriov_poll_interval=1 -e "ansible_async_dir=$work/async" \
+  -e "{\"hypeman_vgpu_allowed_gpus\": [\"$CARD_B\"], \"sr_iov_cycle_dcgm_units\": []}" > "$work/novfs-run.log" 2>&1 || rc=$?
+cat "$work/novfs-run.log"
+if [ "$rc" != 2 ]; then echo "FAIL: novfs-run exited $rc, expected 2"; exit 1; fi
+has novfs-run "\"msg\": \"$CARD_B has no VFs now (SR-IOV is off on it, as an interrupted SR-IOV cycle leaves it): nothing to quarantine, and no instance can hold a VF of it.\""
+lacks novfs-run "0 of 0 VFs"
+has novfs-run "TASK [hypeman.vgpu.sr_iov_cycle : SR-IOV cycle | Enable SR-IOV on $CARD_B (sriov-manage -e, run on the host in the background)]"
+has novfs-run "TASK [hypeman.vgpu.sr_iov_cycle : SR-IOV cycle | sriov-manage -e on $CARD_B runs on the host (job "
+has novfs-run "Recovery of $CARD_B failed after step \"drained\" in task \"SR-IOV cycle | sriov-manage -e on $CARD_B runs on the host (job "
+has novfs-run "sriov-manage -e $CARD_B did not produce working VFs"
+has novfs-run "| Left behind: 0 VF(s) of the card quarantined in the store; DCGM units are started again below; resume marker $work/hosts/novfs-003/var/lib/hypeman-vgpu/recovery/$CARD_B.json (step \"drained\")"
+if [ "$(cat "$work/sriov-manage.calls")" != "-e $CARD_B" ]; then
+  echo "FAIL: sriov-manage ran $(cat "$work/sriov-manage.calls"), expected only -e $CARD_B"; exit 1
+fi
 echo "recover_gpu_breaker: all checks passed"
