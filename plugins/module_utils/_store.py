@@ -413,7 +413,7 @@ def _fast_records(data):
         return None
     keys = 2
     colons = 0  # inside strings
-    parse_time, address_ok = _gotime.parse_rfc3339, VF_ADDRESS_RE.match
+    parse_canonical, parse_time, address_ok = _gotime.parse_canonical, _gotime.parse_rfc3339, VF_ADDRESS_RE.match
     new_tuple = tuple.__new__
     records = {}
     try:
@@ -425,11 +425,15 @@ def _fast_records(data):
             if type(address) is not str or not address_ok(address) or address in records:  # pylint: disable=unidiomatic-typecheck
                 return None
             colons += 2  # dddd:bb:dd.f
-            quarantined_at = record.get("quarantined_at")
-            if quarantined_at is not None:
-                colons += quarantined_at.count(":")  # AttributeError unless a string
-                quarantined_at = parse_time(quarantined_at)
-                if _gotime.is_zero(quarantined_at):
+            quarantined_text = record.get("quarantined_at")
+            quarantined_at = None
+            if quarantined_text is not None:
+                if type(quarantined_text) is not str:  # pylint: disable=unidiomatic-typecheck
+                    return None
+                colons += quarantined_text.count(":")
+                quarantined_at = parse_canonical(quarantined_text) or parse_time(quarantined_text)
+                # Only a text before year 0002 can be Go's zero instant (offsets stay within a day).
+                if quarantined_text < "0002" and _gotime.is_zero(quarantined_at):
                     return None
             raw_failures = record.get("failures", ())
             if type(raw_failures) is not list and raw_failures != ():  # pylint: disable=unidiomatic-typecheck
@@ -443,19 +447,19 @@ def _fast_records(data):
                 instance_id = failure.get("instance_id", "")
                 assigned_at = failure.get("assigned_at", "")
                 reported_text = failure["reported_at"]
-                if type(instance_id) is not str or type(assigned_at) is not str:  # pylint: disable=unidiomatic-typecheck
+                if type(instance_id) is not str or type(assigned_at) is not str or type(reported_text) is not str:  # pylint: disable=unidiomatic-typecheck
                     return None
                 colons += instance_id.count(":") + assigned_at.count(":") + reported_text.count(":")
-                reported_at = parse_time(reported_text)
+                reported_at = parse_canonical(reported_text) or parse_time(reported_text)
                 key = instance_id + "\x00" + assigned_at  # hypeman's key
-                if key in seen or _gotime.is_zero(reported_at):
+                if key in seen or (reported_text < "0002" and _gotime.is_zero(reported_at)):
                     return None
                 seen.add(key)
                 failures.append(new_tuple(Failure, (instance_id, assigned_at, reported_at)))
             if quarantined_at is None and not failures:
                 return None
             records[address] = new_tuple(Record, (address, tuple(failures), quarantined_at))
-    except (AttributeError, KeyError, ValueError):
+    except (KeyError, ValueError):
         return None
     if data.count(b":") - colons != keys:
         return None  # a repeated key
@@ -706,6 +710,10 @@ def go_json_string(text):
     return '"' + _NEEDS_ESCAPE.sub(_escape_char, text) + '"'
 
 
+_FAILURE_TEXT = ('\n        {\n          "instance_id": "%s",\n          "assigned_at": "%s",'
+                 '\n          "reported_at": "%s"\n        }')
+
+
 def serialize_records(records):
     """Bytes hypeman writes for ``records`` (already sorted by address); ValueError
     with Go's text for a time Go cannot marshal."""
@@ -720,27 +728,37 @@ def serialize_records(records):
             # Go's encoding/json wraps a Marshaler's error (MarshalerError).
             raise ValueError("json: error calling MarshalJSON for type %s: %s" % (go_type, err))
 
+    # When no string needs Go's escaping (checked at once) and no failure omits a
+    # field, each failure is one template; else the general, per-string way.
+    strings = [record.vf_address for record in records]
+    strings.extend(text for record in records for failure in record.failures for text in failure[:2])
+    simple = _NEEDS_ESCAPE.search("".join(strings)) is None and all(strings)
+    failure_text = _FAILURE_TEXT
     parts = ['{\n  "version": 1,\n  "records": [']
     first = True
     for record in records:
         parts.append("\n    {\n      \"vf_address\": " if first else ",\n    {\n      \"vf_address\": ")
         first = False
-        parts.append(go_json_string(record.vf_address))
+        parts.append('"%s"' % record.vf_address if simple else go_json_string(record.vf_address))
         if record.failures:
             parts.append(',\n      "failures": [')
-            for index, failure in enumerate(record.failures):
-                parts.append("\n        {" if index == 0 else ",\n        {")
-                if failure.instance_id:
-                    parts.append('\n          "instance_id": ')
-                    parts.append(go_json_string(failure.instance_id))
-                    parts.append(",")
-                if failure.assigned_at:
-                    parts.append('\n          "assigned_at": ')
-                    parts.append(go_json_string(failure.assigned_at))
-                    parts.append(",")
-                parts.append('\n          "reported_at": "')
-                parts.append(fmt(failure.reported_at))
-                parts.append('"\n        }')
+            if simple:
+                parts.append(",".join([failure_text % (failure.instance_id, failure.assigned_at, fmt(failure.reported_at))
+                                       for failure in record.failures]))
+            else:
+                for index, failure in enumerate(record.failures):
+                    parts.append("\n        {" if index == 0 else ",\n        {")
+                    if failure.instance_id:
+                        parts.append('\n          "instance_id": ')
+                        parts.append(go_json_string(failure.instance_id))
+                        parts.append(",")
+                    if failure.assigned_at:
+                        parts.append('\n          "assigned_at": ')
+                        parts.append(go_json_string(failure.assigned_at))
+                        parts.append(",")
+                    parts.append('\n          "reported_at": "')
+                    parts.append(fmt(failure.reported_at))
+                    parts.append('"\n        }')
             parts.append("\n      ]")
         if record.quarantined_at is not None:
             parts.append(',\n      "quarantined_at": "')
