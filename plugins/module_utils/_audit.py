@@ -16,7 +16,7 @@ import errno
 import os
 
 from ansible_collections.hypeman.vgpu.plugins.module_utils import (
-    _hypeman, _ledger, _placement, _proc, _sentinel, _store, _store_write, _sysfs)
+    _hypeman, _ledger, _placement, _proc, _sentinel, _store, _sysfs)
 from ansible_collections.hypeman.vgpu.plugins.module_utils._errors import VgpuError
 
 SEVERITIES = ("critical", "warning", "info")
@@ -50,13 +50,18 @@ def _issue(severity, code, message, action=None, subject=None):
 
 def store_section(store, threshold, ledger, discovered):
     """The store as the fleet report needs it (``discovered``: VF addresses sysfs shows, or None)."""
+    recoverable = []
+    if not store.valid:
+        # Loaded only for a broken store: every host's audit would compile it otherwise.
+        from ansible_collections.hypeman.vgpu.plugins.module_utils import _store_write
+        recoverable = sorted(_store_write.recover_records(store.raw))
     section = {
         "path": store.path, "exists": store.exists, "format": store.format, "valid": store.valid,
         "error": store.error, "symlink": store.is_symlink, "records": len(store.records),
         "quarantined": store.quarantined(), "owned": None, "by_hypeman": None,
         "would_quarantine": store.would_quarantine(threshold) if store.valid else [],
         "below_threshold": {}, "stale_records": [],
-        "recoverable": [] if store.valid else sorted(_store_write.recover_records(store.raw)),
+        "recoverable": recoverable,
     }
     for vf in sorted(store.records):
         count = len(store.records[vf].failures)

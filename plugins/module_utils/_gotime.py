@@ -224,23 +224,46 @@ def _getnum(text, fixed):
     return int(text[0:2]), text[2:]
 
 
-# The canonical UTC form hypeman writes: decoded without the general parser.
-_FAST_RE = re.compile(r"^([0-9]{4})-([0-9]{2})-([0-9]{2})T([0-9]{2}):([0-9]{2}):([0-9]{2})(?:\.([0-9]{1,9}))?Z\Z")
+# The canonical UTC form hypeman writes: decoded without the general parser. The
+# fields' ranges are in the pattern; anything else (also a day past its month's
+# end) goes to the general parser, which words Go's error.
+_FAST_RE = re.compile(r"[0-9]{4}-(?:0[1-9]|1[0-2])-(?:0[1-9]|[12][0-9]|3[01])T(?:[01][0-9]|2[0-3]):[0-5][0-9]:[0-5][0-9]"
+                      r"(?:\.([0-9]{1,9}))?Z\Z")
+_DAYS_CACHE = {}  # "YYYY-MM-DD" -> days since the epoch, or None past the month's end
+_NSEC_SCALE = (1, 100000000, 10000000, 1000000, 100000, 10000, 1000, 100, 10, 1)
+_new_object = object.__new__
+_set_sec = GoTime.__dict__["_sec"].__set__
+_set_nsec = GoTime.__dict__["_nsec"].__set__
+_set_offset = GoTime.__dict__["_offset"].__set__
+_set_text = GoTime.__dict__["_text"].__set__
 
 
-def _parse_fast(text):
+def parse_canonical(text):
+    """``text`` (a str) in the UTC form hypeman writes, parsed as :func:`parse_rfc3339`
+    does; None for any other text, valid or not (then that decides)."""
     match = _FAST_RE.match(text)
     if match is None:
         return None
-    year, month, day = int(text[0:4]), int(text[5:7]), int(text[8:10])
-    hour, minute, second = int(text[11:13]), int(text[14:16]), int(text[17:19])
-    if not (1 <= month <= 12 and 1 <= day <= _days_in(month, year) and hour < 24 and minute < 60 and second < 60):
+    date = text[:10]
+    days = _DAYS_CACHE.get(date, False)
+    if days is False:
+        year, month, day = int(text[0:4]), int(text[5:7]), int(text[8:10])
+        days = _days_from_civil(year, month, day) if day <= _days_in(month, year) else None
+        if len(_DAYS_CACHE) < 4096:  # a store's times share few days; hostile ones must not grow it
+            _DAYS_CACHE[date] = days
+    if days is None:
         return None  # let the general parser produce Go's message
-    fraction = match.group(7)
-    nsec = int(fraction) * 10 ** (9 - len(fraction)) if fraction else 0
-    canonical = fraction is None or fraction[-1] != "0"
-    sec = _days_from_civil(year, month, day) * _SECONDS_PER_DAY + hour * 3600 + minute * 60 + second
-    return GoTime(sec, nsec, 0, text if canonical else None)
+    fraction = match.group(1)
+    value = _new_object(GoTime)  # GoTime's fields set directly: this runs for every time in a store
+    _set_sec(value, days * _SECONDS_PER_DAY + int(text[11:13]) * 3600 + int(text[14:16]) * 60 + int(text[17:19]))
+    _set_offset(value, 0)
+    if fraction is None:
+        _set_nsec(value, 0)
+        _set_text(value, text)
+    else:
+        _set_nsec(value, int(fraction) * _NSEC_SCALE[len(fraction)])
+        _set_text(value, None if fraction[-1] == "0" else text)  # only the canonical text is cached
+    return value
 
 
 def parse_rfc3339(text):
@@ -253,9 +276,14 @@ def parse_rfc3339(text):
     """
     if not isinstance(text, str):
         raise ValueError("Time.UnmarshalJSON: input is not a JSON string")
-    fast = _parse_fast(text)
+    fast = parse_canonical(text)
     if fast is not None:
         return fast
+    return _parse_general(text)
+
+
+def _parse_general(text):
+    """Go's RFC 3339 parsing, step by step, for any text (the canonical form too)."""
     original = text
     value = text
 

@@ -375,6 +375,97 @@ def _validate(go_file):
     return loaded
 
 
+# --- fast path: the common, well-formed store in one pass ---------------------------
+
+_TOP_KEYS = frozenset(("version", "records"))
+_RECORD_KEYS = frozenset(("vf_address", "failures", "quarantined_at"))
+_FAILURE_KEYS = frozenset(("instance_id", "assigned_at", "reported_at"))
+
+
+def _fast_records(data):
+    """The records of a store that is plainly valid, decoded in one pass; None when in doubt.
+
+    Taken only when Python's C decoder provably sees what Go sees (valid
+    UTF-8, no escapes, no NaN/Infinity: as :func:`_fast_tree`) and the file
+    holds nothing Go's field matching or hypeman's validation treats
+    specially: exact lowercase keys, none repeated, none unknown, no null
+    where a value belongs, the version the integer 1, every time valid and
+    non-zero, no duplicate failure or address. Then the records equal what
+    :func:`_go_unmarshal` plus :func:`_validate` return (a property test
+    checks this); anything else (every error included) goes that exact way.
+
+    Repeated keys, which a plain ``dict`` would hide, are counted instead:
+    without escapes no string holds a quote, so every ``:`` outside strings
+    separates one key from its value. The colons in the file minus those in
+    the strings still in the tree equal the keys in the tree exactly when no
+    key was repeated (a repeated key drops a key and the colons of its value).
+    """
+    if b"\\" in data:
+        return None
+    try:
+        top = json.loads(data.decode("utf-8"), parse_constant=_reject_constant)
+    except (ValueError, RecursionError):
+        return None
+    if type(top) is not dict or top.keys() != _TOP_KEYS:  # pylint: disable=unidiomatic-typecheck
+        return None
+    version, entries = top["version"], top["records"]
+    if type(version) is not int or version != STORE_VERSION or type(entries) is not list:  # pylint: disable=unidiomatic-typecheck
+        return None
+    keys = 2
+    colons = 0  # inside strings
+    parse_canonical, parse_time, address_ok = _gotime.parse_canonical, _gotime.parse_rfc3339, VF_ADDRESS_RE.match
+    new_tuple = tuple.__new__
+    records = {}
+    try:
+        for record in entries:
+            if type(record) is not dict or not record.keys() <= _RECORD_KEYS:  # pylint: disable=unidiomatic-typecheck
+                return None
+            keys += len(record)
+            address = record["vf_address"]
+            if type(address) is not str or not address_ok(address) or address in records:  # pylint: disable=unidiomatic-typecheck
+                return None
+            colons += 2  # dddd:bb:dd.f
+            quarantined_text = record.get("quarantined_at")
+            quarantined_at = None
+            if quarantined_text is not None:
+                if type(quarantined_text) is not str:  # pylint: disable=unidiomatic-typecheck
+                    return None
+                colons += quarantined_text.count(":")
+                quarantined_at = parse_canonical(quarantined_text) or parse_time(quarantined_text)
+                # Only a text before year 0002 can be Go's zero instant (offsets stay within a day).
+                if quarantined_text < "0002" and _gotime.is_zero(quarantined_at):
+                    return None
+            raw_failures = record.get("failures", ())
+            if type(raw_failures) is not list and raw_failures != ():  # pylint: disable=unidiomatic-typecheck
+                return None
+            failures = []
+            seen = set()
+            for failure in raw_failures:
+                if type(failure) is not dict or not failure.keys() <= _FAILURE_KEYS:  # pylint: disable=unidiomatic-typecheck
+                    return None
+                keys += len(failure)
+                instance_id = failure.get("instance_id", "")
+                assigned_at = failure.get("assigned_at", "")
+                reported_text = failure["reported_at"]
+                if type(instance_id) is not str or type(assigned_at) is not str or type(reported_text) is not str:  # pylint: disable=unidiomatic-typecheck
+                    return None
+                colons += instance_id.count(":") + assigned_at.count(":") + reported_text.count(":")
+                reported_at = parse_canonical(reported_text) or parse_time(reported_text)
+                key = instance_id + "\x00" + assigned_at  # hypeman's key
+                if key in seen or (reported_text < "0002" and _gotime.is_zero(reported_at)):
+                    return None
+                seen.add(key)
+                failures.append(new_tuple(Failure, (instance_id, assigned_at, reported_at)))
+            if quarantined_at is None and not failures:
+                return None
+            records[address] = new_tuple(Record, (address, tuple(failures), quarantined_at))
+    except (KeyError, ValueError):
+        return None
+    if data.count(b":") - colons != keys:
+        return None  # a repeated key
+    return records
+
+
 class HealthStore(object):
     """One load of the store.
 
@@ -619,6 +710,10 @@ def go_json_string(text):
     return '"' + _NEEDS_ESCAPE.sub(_escape_char, text) + '"'
 
 
+_FAILURE_TEXT = ('\n        {\n          "instance_id": "%s",\n          "assigned_at": "%s",'
+                 '\n          "reported_at": "%s"\n        }')
+
+
 def serialize_records(records):
     """Bytes hypeman writes for ``records`` (already sorted by address); ValueError
     with Go's text for a time Go cannot marshal."""
@@ -633,27 +728,37 @@ def serialize_records(records):
             # Go's encoding/json wraps a Marshaler's error (MarshalerError).
             raise ValueError("json: error calling MarshalJSON for type %s: %s" % (go_type, err))
 
+    # When no string needs Go's escaping (checked at once) and no failure omits a
+    # field, each failure is one template; else the general, per-string way.
+    strings = [record.vf_address for record in records]
+    strings.extend(text for record in records for failure in record.failures for text in failure[:2])
+    simple = _NEEDS_ESCAPE.search("".join(strings)) is None and all(strings)
+    failure_text = _FAILURE_TEXT
     parts = ['{\n  "version": 1,\n  "records": [']
     first = True
     for record in records:
         parts.append("\n    {\n      \"vf_address\": " if first else ",\n    {\n      \"vf_address\": ")
         first = False
-        parts.append(go_json_string(record.vf_address))
+        parts.append('"%s"' % record.vf_address if simple else go_json_string(record.vf_address))
         if record.failures:
             parts.append(',\n      "failures": [')
-            for index, failure in enumerate(record.failures):
-                parts.append("\n        {" if index == 0 else ",\n        {")
-                if failure.instance_id:
-                    parts.append('\n          "instance_id": ')
-                    parts.append(go_json_string(failure.instance_id))
-                    parts.append(",")
-                if failure.assigned_at:
-                    parts.append('\n          "assigned_at": ')
-                    parts.append(go_json_string(failure.assigned_at))
-                    parts.append(",")
-                parts.append('\n          "reported_at": "')
-                parts.append(fmt(failure.reported_at))
-                parts.append('"\n        }')
+            if simple:
+                parts.append(",".join([failure_text % (failure.instance_id, failure.assigned_at, fmt(failure.reported_at))
+                                       for failure in record.failures]))
+            else:
+                for index, failure in enumerate(record.failures):
+                    parts.append("\n        {" if index == 0 else ",\n        {")
+                    if failure.instance_id:
+                        parts.append('\n          "instance_id": ')
+                        parts.append(go_json_string(failure.instance_id))
+                        parts.append(",")
+                    if failure.assigned_at:
+                        parts.append('\n          "assigned_at": ')
+                        parts.append(go_json_string(failure.assigned_at))
+                        parts.append(",")
+                    parts.append('\n          "reported_at": "')
+                    parts.append(fmt(failure.reported_at))
+                    parts.append('"\n        }')
             parts.append("\n      ]")
         if record.quarantined_at is not None:
             parts.append(',\n      "quarantined_at": "')
@@ -708,6 +813,9 @@ def _refused_store(path, problem, is_symlink=False, error=None):
 
 def parse_store_bytes(path, data):
     """A :class:`HealthStore` for file content ``data`` (hypeman's load steps 3-6)."""
+    records = _fast_records(data)
+    if records is not None:
+        return HealthStore(path, True, FORMAT_V1, True, None, data, records)
     try:
         go_file, _tree = _go_unmarshal(data)
     except _UnmarshalError as err:

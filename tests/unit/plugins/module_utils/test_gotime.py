@@ -6,8 +6,11 @@ from __future__ import annotations
 
 import calendar
 import datetime
+import os
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from ansible_collections.hypeman.vgpu.plugins.module_utils import _gotime
 from ansible_collections.hypeman.vgpu.plugins.module_utils._gotime import (
@@ -155,3 +158,36 @@ def test_non_strict_format_is_gos_format_which_never_fails():
     assert format_rfc3339nano(to_utc(parse_rfc3339("0000-01-01T00:00:00+01:00")), strict=False) == (
         "-0001-12-31T23:00:00Z")
     assert format_rfc3339nano(parse_rfc3339("2026-08-20T15:04:05Z"), strict=False) == "2026-08-20T15:04:05Z"
+
+
+# --- the canonical-form shortcut against the general parser ---------------------------
+
+_FUZZ = os.environ.get("HYPOTHESIS_PROFILE") == "fuzz"
+
+
+def _time_like():
+    """Texts near the canonical form: every field's edges, leap days, fractions, other zones."""
+    digits = st.integers(0, 99).map("%02d".format)
+    year = st.one_of(st.sampled_from(["0000", "0001", "1900", "2000", "2024", "2026", "9999"]),
+                     st.integers(0, 9999).map("%04d".format))
+    fraction = st.one_of(st.just(""), st.text(alphabet="0123456789", min_size=1, max_size=11).map(lambda d: "." + d))
+    zone = st.sampled_from(["Z", "Z", "Z", "z", "+00:00", "+02:00", ""])
+    return st.builds(lambda y, mo, d, h, mi, s, f, z: "%s-%s-%sT%s:%s:%s%s%s" % (y, mo, d, h, mi, s, f, z),
+                     year, digits, digits, digits, digits, digits, fraction, zone)
+
+
+@settings(max_examples=3000 if _FUZZ else 300, deadline=None, derandomize=not _FUZZ, database=None)
+@given(_time_like())
+def test_canonical_shortcut_parses_as_go_parses(text):
+    fast = _gotime.parse_canonical(text)
+    try:
+        general = _gotime._parse_general(text)  # pylint: disable=protected-access
+    except ValueError:
+        assert fast is None
+        return
+    if fast is not None:
+        assert (fast.sec, fast.nsec, fast.offset) == (general.sec, general.nsec, general.offset)
+        assert _gotime.format_rfc3339nano(fast, strict=False) == _gotime.format_rfc3339nano(general, strict=False)
+    else:
+        # only other zones and fractions past nanoseconds (Go truncates them) take the long way
+        assert not text.endswith("Z") or ("." in text and len(text.rsplit(".", 1)[1]) > 10)
