@@ -37,7 +37,15 @@ from ansible_collections.hypeman.vgpu.plugins.module_utils._gotime import (
     format_utc_rfc3339nano, from_unix_ns, parse_rfc3339, to_unix_ns)
 
 MARKER_PREFIX = b"HYPEMAN-GPU-INIT-"
-MAX_LINE_BYTES = 64 * 1024  # hypeman's sentinel skipped longer lines
+# Every line a marker can be on holds these bytes; the scan looks for them with one
+# bytes.find per block (the longer the needle, the longer the skips) and cuts out only
+# the lines around a hit.
+_NEEDLE = b"[guest-agent] " + MARKER_PREFIX
+# hypeman's L1 sentinel reads lines with bufio.Reader.ReadSlice('\n') on a 64 KiB
+# buffer: a line counts only when its bytes *including* the "\n" fit in it, so
+# its text (CR included) is at most MAX_LINE_BYTES - 1 bytes; longer lines are
+# skipped to their newline (docs/hypeman-interface.md §5.2).
+MAX_LINE_BYTES = 64 * 1024
 BLOCK_BYTES = 1 << 20
 FINGERPRINT_BYTES = 4096  # bytes before a cursor that must be unchanged to resume there
 STATE_VERSION = 1
@@ -89,7 +97,7 @@ def match_marker(line):
     Only a complete guest-agent line counts: log prefix, ``[guest-agent]``,
     marker, fields, nothing after (one trailing CR allowed, as in hypeman).
     """
-    if len(line) > MAX_LINE_BYTES or MARKER_PREFIX not in line:
+    if len(line) >= MAX_LINE_BYTES or MARKER_PREFIX not in line:
         return None
     match = _FAILED_RE.fullmatch(line)
     if match:
@@ -103,11 +111,12 @@ def match_marker(line):
 class MarkerReader(object):
     """Finds marker lines in a byte stream fed block by block.
 
-    Only the line in progress is carried between blocks, and only while it is
-    at most MAX_LINE_BYTES long: a longer line is skipped up to its newline
-    without being kept, so a 10 MB line costs no memory. A final line without
-    its newline is not a complete line; it stays ``partial`` until the rest
-    arrives (in a later block, file or run).
+    Only the line in progress is carried between blocks, and only while it
+    could still fit hypeman's 64 KiB line (MAX_LINE_BYTES including its
+    "\\n"): a longer line is skipped up to its newline without being kept, so
+    a 10 MB line costs no memory. A final line without its newline is not a
+    complete line; it stays ``partial`` until the rest arrives (in a later
+    block, file or run).
 
     Each marker goes to ``sink(marker)`` when given (the scan keeps nothing
     per marker), else to the ``markers`` list; ``count`` counts them.
@@ -136,38 +145,42 @@ class MarkerReader(object):
     def _extend(self, buf, start, end):
         if self.overlong:
             return
-        if len(self.partial) + (end - start) > MAX_LINE_BYTES:
+        if len(self.partial) + (end - start) >= MAX_LINE_BYTES:  # its "\n" cannot fit any more
             self.partial = b""
             self.overlong = True
         else:
             self.partial += bytes(buf[start:end])
 
     def feed(self, buf, size):
-        """Consume ``buf[:size]`` (bytes or bytearray)."""
-        first_nl = buf.find(b"\n", 0, size)
-        if first_nl < 0:
-            self._extend(buf, 0, size)
-            return
+        """Consume ``buf[:size]`` (bytes or bytearray).
+
+        The hot path is one ``find`` of the needle per block; only a line
+        holding it is cut out and matched, and only the unfinished last line
+        is kept for the next block.
+        """
         start = 0
         if self.overlong or self.partial:
             # Finish the line that began in an earlier block.
-            if not self.overlong and len(self.partial) + first_nl <= MAX_LINE_BYTES:
+            first_nl = buf.find(b"\n", 0, size)
+            if first_nl < 0:
+                self._extend(buf, 0, size)
+                return
+            if not self.overlong and len(self.partial) + first_nl < MAX_LINE_BYTES:
                 self._line(self.partial + bytes(buf[:first_nl]))
             self.reset_line()
             start = first_nl + 1
-        last_nl = buf.rfind(b"\n", start, size)
-        if last_nl >= start:
-            end = last_nl + 1  # [start, end) holds whole lines only
-            pos = buf.find(MARKER_PREFIX, start, end)
-            while pos >= 0:
-                line_start = buf.rfind(b"\n", start, pos) + 1 or start
-                line_end = buf.find(b"\n", pos, end)
-                if line_end - line_start <= MAX_LINE_BYTES:
-                    self._line(bytes(buf[line_start:line_end]))
-                pos = buf.find(MARKER_PREFIX, line_end + 1, end)
-            start = end
+        pos = buf.find(_NEEDLE, start, size)
+        while pos >= 0:
+            line_end = buf.find(b"\n", pos, size)
+            if line_end < 0:
+                break  # the line goes on in the next block: carried below
+            line_start = buf.rfind(b"\n", start, pos) + 1 or start
+            if line_end - line_start < MAX_LINE_BYTES:
+                self._line(bytes(buf[line_start:line_end]))
+            start = line_end + 1
+            pos = buf.find(_NEEDLE, start, size)
         if start < size:
-            self._extend(buf, start, size)
+            self._extend(buf, buf.rfind(b"\n", start, size) + 1 or start, size)
 
 
 # --- files -----------------------------------------------------------------------
