@@ -370,21 +370,28 @@ def _valid_log(value):
     return len(partial) <= MAX_LINE_BYTES and b"\n" not in partial
 
 
+def _valid_assignment(value):
+    return isinstance(value, dict) and all(_is_text(value.get(k)) for k in ("vf_address", "assigned_at"))
+
+
 def valid_state(state, instance_id):
     """True when ``state`` is a cursor record this version wrote for ``instance_id``."""
     if not isinstance(state, dict) or state.get("version") != STATE_VERSION:
         return False
     if state.get("instance_id") != instance_id:
         return False
-    assignment = state.get("assignment")
-    if not isinstance(assignment, dict) or not all(
-            _is_text(assignment.get(k)) for k in ("vf_address", "assigned_at")):
+    if not _valid_assignment(state.get("assignment")):
         return False
     if not _valid_log(state.get("log")):
         return False
     if state.get("rotated") is not None and not _valid_ident(state.get("rotated")):
         return False
     if state.get("verdict") is not None and not _valid_verdict(state.get("verdict")):
+        return False
+    previous = state.get("previous")
+    if previous is not None and not (
+            isinstance(previous, dict) and _valid_assignment(previous.get("assignment"))
+            and _valid_verdict(previous.get("verdict")) and previous["verdict"]["verdict"] == "ok"):
         return False
     archives = state.get("archives")
     if not isinstance(archives, dict):
@@ -655,6 +662,9 @@ class _Evidence(object):
         # Host facts first: a file last written before the assignment holds nothing of it,
         # whatever its guest timestamps say. The guest ts can then only exclude.
         why = self.stale.get(marker.file)
+        if why is None and self.assignment["time"] is None:
+            self.last = marker  # no assignment time: nothing to compare ts with (as in hypeman)
+            return
         if why is None:
             try:
                 when = parse_rfc3339(marker.ts)
@@ -726,7 +736,7 @@ class _InstanceScan(object):
         self.warnings = []
         self.app_path = os.path.join(log_dir, "app.log")
         self.rotated_path = self.app_path + ".1"
-        self.floor_ns = to_unix_ns(assignment["time"])
+        self.floor_ns = to_unix_ns(assignment["time"]) if assignment["time"] is not None else 0
         self.floor_why = "the assignment (%s)" % assignment["assigned_at"]
         self.archive_names = []
         self.new_boot = False
@@ -788,11 +798,13 @@ class _InstanceScan(object):
             if resumable:
                 app_span = self._resume(reader, old_log, app_fd, app_st, rot_fd, rot_st, rot_new, same_assignment)
             else:
-                # A new file (new boot) or no cursor: start fresh. A new app.log.1 may hold
-                # this boot's first bytes; one rotated before this boot or assignment is
-                # marked stale by its mtime, so a previous boot's markers are never replayed.
+                # A new file (new boot) or no cursor: start fresh. hypeman's sentinel reads
+                # app.log.1 only to finish a stream it was following when app.log was
+                # copytruncated, so it has read an app.log.1 only when that was this boot's
+                # app.log, rotated during this assignment (the host clock decides, as
+                # above); any other app.log.1 (a previous boot's) is not read at all.
                 spans = []
-                if rot_new:
+                if rot_new and self.rotated_path not in self.stale:
                     spans.append(_Span(self.rotated_path, rot_fd, 0, rot_st.st_size))
                 self._read(reader, spans)
                 reader.reset_line()
@@ -882,7 +894,9 @@ def _assignment_of(instance):
     if not instance.get("vf_address"):
         return None, "vGPU claim has no VF address (GPUDevicePath %r)" % instance.get("device_path")
     if not instance.get("assigned_at"):
-        return None, "vGPU claim has no assignment time (GPUClaimedAt/GPUAssignedAt)"
+        # hypeman's sentinel scans such an instance too and reports for assigned_at ""
+        # (GPUAssignedAt nil): only host facts (the boot) bound its evidence then.
+        return {"vf_address": instance["vf_address"], "assigned_at": "", "time": None}, None
     try:
         assigned = parse_rfc3339(instance["assigned_at"])
     except ValueError as err:
@@ -913,7 +927,8 @@ class ScanReport(object):
         """After the store took these reports, remember it in the cursors."""
         for finding in findings:
             state = self._states[finding["instance_id"]][0]
-            state["verdict"]["recorded"] = True
+            held = state["verdict"] if finding["current"] else state["previous"]["verdict"]
+            held["recorded"] = True
             finding["recorded"] = True
             self._states[finding["instance_id"]] = (state, True)
 
@@ -1039,6 +1054,7 @@ def _scan_one(report, cursors, instance, log_dir_of, buf):
     report.warnings.extend(work.warnings)
 
     verdict = dict(old["verdict"]) if same_assignment and old.get("verdict") else None
+    previous = _pending_previous(old, same_assignment)
     last = evidence.last
     report.unattributed.extend(evidence.unattributed)
     if evidence.more:
@@ -1065,33 +1081,76 @@ def _scan_one(report, cursors, instance, log_dir_of, buf):
         "verdict": verdict,
         "archives": archives,
     }
+    if previous is not None:
+        state["previous"] = previous
     report._states[instance_id] = (state, state != old)
+    if previous is not None:
+        report.findings.append(_finding(instance_id, previous["assignment"], previous["verdict"], current=False))
     if verdict is not None:
-        report.findings.append({
-            "instance_id": instance_id,
-            "vf_address": key["vf_address"],
-            "assigned_at": key["assigned_at"],
-            "verdict": verdict["verdict"],
-            "ts": verdict["ts"],
-            "nvrm": verdict["nvrm"],
-            "file": verdict["file"],
-            "recorded": verdict["recorded"],
-        })
+        report.findings.append(_finding(instance_id, key, verdict, current=True))
     for name, entry in sorted(archives.items(), key=lambda kv: _archive_ns(kv[0])):
         if entry["last"] is not None:
             report.history.append(dict(entry["last"], instance_id=instance_id,
                                        file=os.path.join(log_dir, name), markers=entry["markers"]))
 
 
+def _finding(instance_id, assignment, verdict, current):
+    return {
+        "instance_id": instance_id,
+        "vf_address": assignment["vf_address"],
+        "assigned_at": assignment["assigned_at"],
+        "current": current,
+        "verdict": verdict["verdict"],
+        "ts": verdict["ts"],
+        "nvrm": verdict["nvrm"],
+        "file": verdict["file"],
+        "recorded": verdict["recorded"],
+    }
+
+
+def _pending_previous(old, same_assignment):
+    """The previous assignment's OK verdict still to be reported, or None.
+
+    hypeman's L1 sentinel retries a success report that failed to persist
+    once more for the old assignment before it replaces the instance's tail
+    (the follow-up of kernel/hypeman PR #435's review). Here an OK that no
+    run recorded yet is that pending success: it is kept, and reported for
+    the old (VF, assigned_at), until a ``record`` run stores it. A FAILED
+    verdict is not carried over: hypeman never reports a failure after the
+    assignment changed.
+    """
+    if old is None:
+        return None
+    if same_assignment:
+        previous = old.get("previous")
+        if previous is None or previous["verdict"]["recorded"]:
+            return None  # stored by an earlier run: done
+        return {"assignment": dict(previous["assignment"]), "verdict": dict(previous["verdict"])}
+    verdict = old.get("verdict")
+    if verdict is not None and verdict["verdict"] == "ok" and not verdict["recorded"]:
+        return {"assignment": dict(old["assignment"]), "verdict": dict(verdict)}
+    return None
+
+
 def _still_assigned(instance, key):
-    """Whether the instance's metadata still names the assignment ``key``."""
+    """Whether the markers read may still go to the assignment ``key``.
+
+    As hypeman's confirmAssignment: only another assignment now in the
+    metadata rejects them. A released claim (the metadata is gone or names no
+    vendor-VFIO claim any more) leaves them with the assignment they were read
+    under; metadata that cannot be read rejects them (hypeman: an error).
+    """
     path = instance["metadata_path"]
     try:
         meta = _hypeman.parse_metadata(_fileio.read_bytes(path).decode("utf-8", "replace"))
+    except FileNotFoundError:
+        return True  # the instance is gone: released
     except (OSError, ValueError, RecursionError):
         return False
     fresh = _hypeman.instance_from_metadata(meta, path)
-    return {"vf_address": fresh.get("vf_address"), "assigned_at": fresh.get("assigned_at")} == key
+    if fresh.get("retained_for_cleanup") or fresh.get("framework") != VENDOR_VFIO or not fresh.get("device_path"):
+        return True  # released: no longer a sentinel target
+    return {"vf_address": fresh.get("vf_address"), "assigned_at": fresh.get("assigned_at") or ""} == key
 
 
 # --- recording ---------------------------------------------------------------------------------
