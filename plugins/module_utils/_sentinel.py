@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import concurrent.futures
 import errno
 import hashlib
 import json
@@ -549,33 +550,53 @@ class CursorStore(object):
 
     def save(self, instance_id, state):
         """Replace the cursor atomically: after a crash it is either the old or the new one."""
-        data = json.dumps(state, sort_keys=True, separators=(",", ":")).encode("utf-8")
+        self.save_all([(instance_id, state)])
+
+    def save_all(self, items):
+        """Replace each ``(instance_id, state)`` cursor atomically (old or new after a crash).
+
+        Every temp file is written first and fsynced before any rename, as
+        one cursor alone would be; the fsyncs run in parallel, so one journal
+        commit serves many cursors instead of one commit each (a full scan of
+        a host writes one cursor per instance).
+        """
         dir_fd = self._open_dir(create=True)
-        name = instance_id + ".json"
-        tmp = "." + instance_id + ".tmp"  # fixed name: runs are serialised by the lock
+        pending = []  # (instance_id, tmp name) written and not yet renamed
+        current = None
         try:
-            try:
-                os.unlink(tmp, dir_fd=dir_fd)
-            except FileNotFoundError:
-                pass
-            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0),
-                         0o600, dir_fd=dir_fd)
-            try:
-                os.fchmod(fd, 0o600)
-                view = memoryview(data)
-                while view:
-                    view = view[os.write(fd, view):]
-                os.fsync(fd)
-            finally:
-                os.close(fd)
-            os.rename(tmp, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
+            for instance_id, state in items:
+                current = instance_id
+                data = json.dumps(state, sort_keys=True, separators=(",", ":")).encode("utf-8")
+                tmp = "." + instance_id + ".tmp"  # fixed name: runs are serialised by the lock
+                try:
+                    os.unlink(tmp, dir_fd=dir_fd)
+                except FileNotFoundError:
+                    pass
+                pending.append((instance_id, tmp))
+                fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0),
+                             0o600, dir_fd=dir_fd)
+                try:
+                    os.fchmod(fd, 0o600)
+                    view = memoryview(data)
+                    while view:
+                        view = view[os.write(fd, view):]
+                finally:
+                    os.close(fd)
+            current, err = _fsync_files(dir_fd, pending)
+            if err is not None:
+                raise err
+            while pending:
+                current, tmp = pending[0]
+                os.rename(tmp, current + ".json", src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
+                pending.pop(0)
         except OSError as err:
-            try:
-                os.unlink(tmp, dir_fd=dir_fd)
-            except OSError:
-                pass
+            for _instance_id, tmp in pending:
+                try:
+                    os.unlink(tmp, dir_fd=dir_fd)
+                except OSError:
+                    pass
             raise VgpuError("cannot write sentinel cursor %s: %s"
-                            % (self.path(instance_id), err.strerror or err))
+                            % (self.path(current), err.strerror or err))
 
     def remove(self, instance_id):
         dir_fd = self._open_dir(create=False)
@@ -604,6 +625,37 @@ class CursorStore(object):
             os.fsync(self._open_dir(create=True))
         except OSError as err:
             raise VgpuError("cannot sync sentinel state directory %s: %s" % (self.directory, err.strerror or err))
+
+
+FSYNC_THREADS = 16
+
+
+def _fsync_file(dir_fd, name):
+    fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0), dir_fd=dir_fd)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _fsync_files(dir_fd, named):
+    """fsync each ``(key, name)`` file of ``dir_fd`` in parallel; ``(key, first OSError)`` or ``(None, None)``."""
+    if len(named) <= 1:
+        for key, name in named:
+            try:
+                _fsync_file(dir_fd, name)
+            except OSError as err:
+                return key, err
+        return None, None
+    with concurrent.futures.ThreadPoolExecutor(max_workers=min(FSYNC_THREADS, len(named))) as pool:
+        futures = [(key, pool.submit(_fsync_file, dir_fd, name)) for key, name in named]
+    for key, future in futures:
+        err = future.exception()
+        if err is not None:
+            if isinstance(err, OSError):
+                return key, err
+            raise err
+    return None, None
 
 
 def _fsync_dir(path):
@@ -936,11 +988,10 @@ class ScanReport(object):
         """Write every changed cursor and drop those of vanished instances."""
         if self._cursors is None:
             return
-        touched = False
-        for instance_id, (state, changed) in sorted(self._states.items()):
-            if changed:
-                self._cursors.save(instance_id, state)
-                touched = True
+        changed = [(instance_id, state) for instance_id, (state, changed) in sorted(self._states.items()) if changed]
+        touched = bool(changed)
+        if changed:
+            self._cursors.save_all(changed)
         for instance_id in self._prune:
             self._cursors.remove(instance_id)
             touched = True
