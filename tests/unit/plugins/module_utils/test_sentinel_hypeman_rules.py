@@ -14,11 +14,13 @@ import os
 import time
 
 import pytest
+from hypothesis import HealthCheck, given, settings, strategies as st
+from hypothesis.errors import InvalidArgument
 
 from ansible_collections.hypeman.vgpu.plugins.module_utils import _sentinel
 from ansible_collections.hypeman.vgpu.tests.sim import guestlog
 from ansible_collections.hypeman.vgpu.tests.unit.plugins.module_utils.sentinel_host import (
-    CLAIMED_AT, CLAIMED_NS, SEC, Host, markers_read as _markers_read, ts as _ts, verdicts as _verdicts)
+    CLAIMED_AT, CLAIMED_NS, SEC, Host, MiniHost, markers_read as _markers_read, ts as _ts, verdicts as _verdicts)
 
 
 @pytest.fixture
@@ -254,3 +256,121 @@ def test_fresh_cursor_reads_a_rotated_log_of_this_assignment(host):
     report = host.scan()
     assert _verdicts(report) == {"inst-a": ("failed", _ts(27))}
     assert [os.path.basename(s["file"]) for s in report.scanned] == ["app.log.1", "app.log"]
+
+
+# --- the 64 KiB line rule, as properties (hypeman: bufio.Reader.ReadSlice('\n') on a 64 KiB buffer) ---
+
+FUZZ_PROFILE = "fuzz"
+try:  # several test modules may register it; the first one wins
+    settings.get_profile(FUZZ_PROFILE)
+except InvalidArgument:
+    settings.register_profile(FUZZ_PROFILE, max_examples=5000, deadline=None, database=None,
+                              suppress_health_check=list(HealthCheck))
+
+
+def _settings(max_examples):
+    if os.environ.get("HYPOTHESIS_PROFILE") == FUZZ_PROFILE:
+        return settings(settings.get_profile(FUZZ_PROFILE))
+    return settings(max_examples=max_examples, deadline=None, database=None,
+                    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+
+
+READER_SIZE = 64 * 1024  # hypeman's vgpuSentinelMaxLineBytes
+
+
+def hypeman_lines(data, size=READER_SIZE):
+    """The lines hypeman's readSentinelLines hands to the matcher, modelled on Go's bufio.
+
+    ReadSlice('\\n') returns a line once its "\\n" is in the buffer; a buffer
+    filled without one is ErrBufferFull, and the reader skips to the next
+    "\\n"; at EOF an unfinished line is left unread.
+    """
+    lines, pos, skipping = [], 0, False
+    while True:
+        newline = data.find(b"\n", pos, pos + size)
+        if newline >= 0:
+            line, pos = data[pos:newline + 1], newline + 1
+            if skipping:
+                skipping = False
+            else:
+                lines.append(line)
+        elif len(data) - pos >= size:
+            pos, skipping = pos + size, True
+        else:
+            return lines
+
+
+def _marker_line(verdict, length):
+    """A marker line (no terminator) of exactly ``length`` bytes: a FAILED nvrm or an OK ts is padded."""
+    if verdict == "failed":
+        head = b"2026/08/22 15:04:05 [guest-agent] HYPEMAN-GPU-INIT-FAILED ts=2026-08-22T15:04:05Z nvrm=\"NVRM: "
+        tail = b" RmInitAdapter failed!\""
+        return head + b"x" * (length - len(head) - len(tail)) + tail
+    head = b"2026/08/22 15:04:05 [guest-agent] HYPEMAN-GPU-INIT-OK ts=2026-08-22T15:04:05."
+    return head + b"1" * (length - len(head) - 1) + b"Z"
+
+
+_near_limit = st.integers(READER_SIZE - 4, READER_SIZE + 2)
+_line = st.tuples(st.sampled_from(["failed", "ok"]), st.one_of(_near_limit, st.integers(120, 400)),
+                  st.sampled_from([b"\n", b"\r\n", b""]))
+_filler = st.one_of(st.just(b""), st.binary(max_size=40).map(lambda b: b.replace(b"\n", b"") + b"\n"),
+                    _near_limit.map(lambda n: b"y" * n + b"\n"))
+
+
+def _stream(parts):
+    data = b""
+    for filler, (verdict, length, end) in parts:
+        data += filler + _marker_line(verdict, length) + end
+    return data
+
+
+def _expected(data):
+    return [line for line in hypeman_lines(data) if _sentinel.match_marker(line[:-1]) is not None]
+
+
+@_settings(40)
+@given(st.lists(st.tuples(_filler, _line), min_size=1, max_size=4),
+       st.lists(st.integers(1, 3 * READER_SIZE), min_size=1, max_size=6))
+def test_reader_counts_exactly_the_lines_hypemans_64_kib_reader_matches(parts, blocks):
+    data = _stream(parts)
+    reader = _sentinel.MarkerReader()
+    pos, index = 0, 0
+    while pos < len(data):  # read boundaries anywhere, also inside the line and its CR/LF
+        size = blocks[index % len(blocks)]
+        index += 1
+        chunk = bytearray(data[pos:pos + size])
+        reader.feed(chunk, len(chunk))
+        pos += size
+    assert len(reader.markers) == len(_expected(data))
+    assert len(reader.partial) < READER_SIZE  # never more than a line that could still count
+
+
+@_settings(12)
+@given(st.lists(st.tuples(_filler, _line), min_size=1, max_size=3), st.lists(st.integers(0, 4 * READER_SIZE),
+                                                                             max_size=3))
+def test_scan_across_runs_counts_what_hypeman_counts(tmp_path_factory, parts, cuts):
+    # The same stream written in pieces, scanned after each: cursor, carried partial line
+    # and the overlong flag must give hypeman's count, whatever the cut points.
+    host = MiniHost(tmp_path_factory.mktemp("rule64k"))
+    app = host.instance("inst-a", claimed_at=guestlog.rfc3339nano(time.time_ns() - 3600 * SEC))
+    data = _stream(parts)
+    counted, last = 0, 0
+    for cut in sorted(set(c for c in cuts if c < len(data))) + [len(data)]:
+        with open(app, "ab") as handle:
+            handle.write(data[last:cut])
+        last = cut
+        report = host.scan()
+        counted += sum(s["markers"] for s in report.scanned)
+    assert counted == len(_expected(data))
+
+
+def test_model_agrees_with_hypemans_own_oversized_line_test():
+    # hypeman's TestScanForSentinelDiscardsOversizedLines: 64 KiB of "x" then a marker line.
+    marker = _marker_line("failed", 200) + b"\n"
+    assert _expected(b"x" * READER_SIZE + marker) == []
+    assert _expected(b"x" * READER_SIZE + marker + marker) == [marker]
+    assert len(_expected(_marker_line("ok", READER_SIZE - 1) + b"\n")) == 1  # 65,536 bytes with its "\n"
+    assert _expected(_marker_line("ok", READER_SIZE) + b"\n") == []  # 65,537
+    assert _expected(_marker_line("ok", READER_SIZE - 2) + b"\r\n") != []
+    assert _expected(_marker_line("ok", READER_SIZE - 1) + b"\r\n") == []
+    assert _expected(_marker_line("ok", 300)) == []  # no newline yet: not a line
