@@ -111,7 +111,7 @@ RETURN = r"""
 findings:
   description:
     - The standing verdict of each current assignment that has one, whether it is new in this run or not.
-    - Also, with O(findings[].current=false), a previous assignment's C(ok) verdict that no run has recorded yet
+    - Also, with RV(findings[].current=false), a previous assignment's C(ok) verdict that no run has recorded yet
       (the instance was reassigned since); it stays here until a O(record=true) run reports it, as hypeman retries
       a pending success for the old assignment.
   returned: always
