@@ -6,8 +6,9 @@
 Builds a simulated host (64 vGPU instances, app.log files from 1 MB up to
 50 MB, markers rare) under a temporary directory (or ``--dir``), then prints:
 
-* full scan: time of the sentinel scanner over every log (no cursors yet) vs
-  ``grep -c -F HYPEMAN-GPU-INIT`` over the same files (goal: <= 1.5x grep);
+* full scan: time of the sentinel scanner over every log (no cursors yet, the
+  cursors committed as a run commits them) vs ``grep -c -F HYPEMAN-GPU-INIT``
+  over the same files, as a per-byte ratio (goal: <= 1.2x grep);
 * rescan with nothing appended: time for all instances (goal: < 50 ms).
 
 Both are the best of several rounds with the files in the page cache, as an
@@ -34,6 +35,7 @@ from ansible_collections.hypeman.vgpu.tests.sim.hosttree import HostTree
 MB = 1024 * 1024
 CLAIMED_NS = 1788177600123456789  # hosttree's default claim time
 SEC = 10 ** 9
+FULL_SCAN_GOAL = 1.2  # issue 16: full scan / grep -c -F on the same bytes, warm cache
 
 
 def sizes_for(count, max_mb):
@@ -144,11 +146,13 @@ def main(argv=None):
             raise SystemExit("scanner disagrees with grep: %d marker lines vs %d grep hits (%r %r)"
                              % (found_lines, grep_count, report.skipped, report.warnings))
         read = sum(s["bytes_read"] for s in report.scanned)
+        if read != total:
+            raise SystemExit("the full scan read %d bytes of %d" % (read, total))
         g_best, s_best = min(grep_times), min(scan_times)
-        ratio = s_best / g_best
+        ratio = (s_best / read) / (g_best / total)  # per byte: both read the same files
         print("full scan: sentinel %.3fs (%.0f MB/s, %d findings) vs grep -c -F %.3fs -> ratio %.2fx "
-              "(goal <= 1.50x): %s" % (s_best, read / MB / s_best, len(report.findings), g_best, ratio,
-                                       "OK" if ratio <= 1.5 else "MISSED"))
+              "(goal <= %.2fx): %s" % (s_best, read / MB / s_best, len(report.findings), g_best, ratio,
+                                       FULL_SCAN_GOAL, "OK" if ratio <= FULL_SCAN_GOAL else "MISSED"))
 
         r_best, r_median, again = best(max(5, args.rounds), rescan(state_dir))
         if sum(s["bytes_read"] for s in again.scanned) != 0 or again.findings != report.findings:

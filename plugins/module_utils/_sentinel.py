@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import concurrent.futures
 import errno
 import hashlib
 import json
@@ -37,7 +38,15 @@ from ansible_collections.hypeman.vgpu.plugins.module_utils._gotime import (
     format_utc_rfc3339nano, from_unix_ns, parse_rfc3339, to_unix_ns)
 
 MARKER_PREFIX = b"HYPEMAN-GPU-INIT-"
-MAX_LINE_BYTES = 64 * 1024  # hypeman's sentinel skipped longer lines
+# Every line a marker can be on holds these bytes; the scan looks for them with one
+# bytes.find per block (the longer the needle, the longer the skips) and cuts out only
+# the lines around a hit.
+_NEEDLE = b"[guest-agent] " + MARKER_PREFIX
+# hypeman's L1 sentinel reads lines with bufio.Reader.ReadSlice('\n') on a 64 KiB
+# buffer: a line counts only when its bytes *including* the "\n" fit in it, so
+# its text (CR included) is at most MAX_LINE_BYTES - 1 bytes; longer lines are
+# skipped to their newline (docs/hypeman-interface.md §5.2).
+MAX_LINE_BYTES = 64 * 1024
 BLOCK_BYTES = 1 << 20
 FINGERPRINT_BYTES = 4096  # bytes before a cursor that must be unchanged to resume there
 STATE_VERSION = 1
@@ -89,7 +98,7 @@ def match_marker(line):
     Only a complete guest-agent line counts: log prefix, ``[guest-agent]``,
     marker, fields, nothing after (one trailing CR allowed, as in hypeman).
     """
-    if len(line) > MAX_LINE_BYTES or MARKER_PREFIX not in line:
+    if len(line) >= MAX_LINE_BYTES or MARKER_PREFIX not in line:
         return None
     match = _FAILED_RE.fullmatch(line)
     if match:
@@ -103,11 +112,12 @@ def match_marker(line):
 class MarkerReader(object):
     """Finds marker lines in a byte stream fed block by block.
 
-    Only the line in progress is carried between blocks, and only while it is
-    at most MAX_LINE_BYTES long: a longer line is skipped up to its newline
-    without being kept, so a 10 MB line costs no memory. A final line without
-    its newline is not a complete line; it stays ``partial`` until the rest
-    arrives (in a later block, file or run).
+    Only the line in progress is carried between blocks, and only while it
+    could still fit hypeman's 64 KiB line (MAX_LINE_BYTES including its
+    "\\n"): a longer line is skipped up to its newline without being kept, so
+    a 10 MB line costs no memory. A final line without its newline is not a
+    complete line; it stays ``partial`` until the rest arrives (in a later
+    block, file or run).
 
     Each marker goes to ``sink(marker)`` when given (the scan keeps nothing
     per marker), else to the ``markers`` list; ``count`` counts them.
@@ -136,38 +146,42 @@ class MarkerReader(object):
     def _extend(self, buf, start, end):
         if self.overlong:
             return
-        if len(self.partial) + (end - start) > MAX_LINE_BYTES:
+        if len(self.partial) + (end - start) >= MAX_LINE_BYTES:  # its "\n" cannot fit any more
             self.partial = b""
             self.overlong = True
         else:
             self.partial += bytes(buf[start:end])
 
     def feed(self, buf, size):
-        """Consume ``buf[:size]`` (bytes or bytearray)."""
-        first_nl = buf.find(b"\n", 0, size)
-        if first_nl < 0:
-            self._extend(buf, 0, size)
-            return
+        """Consume ``buf[:size]`` (bytes or bytearray).
+
+        The hot path is one ``find`` of the needle per block; only a line
+        holding it is cut out and matched, and only the unfinished last line
+        is kept for the next block.
+        """
         start = 0
         if self.overlong or self.partial:
             # Finish the line that began in an earlier block.
-            if not self.overlong and len(self.partial) + first_nl <= MAX_LINE_BYTES:
+            first_nl = buf.find(b"\n", 0, size)
+            if first_nl < 0:
+                self._extend(buf, 0, size)
+                return
+            if not self.overlong and len(self.partial) + first_nl < MAX_LINE_BYTES:
                 self._line(self.partial + bytes(buf[:first_nl]))
             self.reset_line()
             start = first_nl + 1
-        last_nl = buf.rfind(b"\n", start, size)
-        if last_nl >= start:
-            end = last_nl + 1  # [start, end) holds whole lines only
-            pos = buf.find(MARKER_PREFIX, start, end)
-            while pos >= 0:
-                line_start = buf.rfind(b"\n", start, pos) + 1 or start
-                line_end = buf.find(b"\n", pos, end)
-                if line_end - line_start <= MAX_LINE_BYTES:
-                    self._line(bytes(buf[line_start:line_end]))
-                pos = buf.find(MARKER_PREFIX, line_end + 1, end)
-            start = end
+        pos = buf.find(_NEEDLE, start, size)
+        while pos >= 0:
+            line_end = buf.find(b"\n", pos, size)
+            if line_end < 0:
+                break  # the line goes on in the next block: carried below
+            line_start = buf.rfind(b"\n", start, pos) + 1 or start
+            if line_end - line_start < MAX_LINE_BYTES:
+                self._line(bytes(buf[line_start:line_end]))
+            start = line_end + 1
+            pos = buf.find(_NEEDLE, start, size)
         if start < size:
-            self._extend(buf, start, size)
+            self._extend(buf, buf.rfind(b"\n", start, size) + 1 or start, size)
 
 
 # --- files -----------------------------------------------------------------------
@@ -357,21 +371,28 @@ def _valid_log(value):
     return len(partial) <= MAX_LINE_BYTES and b"\n" not in partial
 
 
+def _valid_assignment(value):
+    return isinstance(value, dict) and all(_is_text(value.get(k)) for k in ("vf_address", "assigned_at"))
+
+
 def valid_state(state, instance_id):
     """True when ``state`` is a cursor record this version wrote for ``instance_id``."""
     if not isinstance(state, dict) or state.get("version") != STATE_VERSION:
         return False
     if state.get("instance_id") != instance_id:
         return False
-    assignment = state.get("assignment")
-    if not isinstance(assignment, dict) or not all(
-            _is_text(assignment.get(k)) for k in ("vf_address", "assigned_at")):
+    if not _valid_assignment(state.get("assignment")):
         return False
     if not _valid_log(state.get("log")):
         return False
     if state.get("rotated") is not None and not _valid_ident(state.get("rotated")):
         return False
     if state.get("verdict") is not None and not _valid_verdict(state.get("verdict")):
+        return False
+    previous = state.get("previous")
+    if previous is not None and not (
+            isinstance(previous, dict) and _valid_assignment(previous.get("assignment"))
+            and _valid_verdict(previous.get("verdict")) and previous["verdict"]["verdict"] == "ok"):
         return False
     archives = state.get("archives")
     if not isinstance(archives, dict):
@@ -529,33 +550,53 @@ class CursorStore(object):
 
     def save(self, instance_id, state):
         """Replace the cursor atomically: after a crash it is either the old or the new one."""
-        data = json.dumps(state, sort_keys=True, separators=(",", ":")).encode("utf-8")
+        self.save_all([(instance_id, state)])
+
+    def save_all(self, items):
+        """Replace each ``(instance_id, state)`` cursor atomically (old or new after a crash).
+
+        Every temp file is written first and fsynced before any rename, as
+        one cursor alone would be; the fsyncs run in parallel, so one journal
+        commit serves many cursors instead of one commit each (a full scan of
+        a host writes one cursor per instance).
+        """
         dir_fd = self._open_dir(create=True)
-        name = instance_id + ".json"
-        tmp = "." + instance_id + ".tmp"  # fixed name: runs are serialised by the lock
+        pending = []  # (instance_id, tmp name) written and not yet renamed
+        current = None
         try:
-            try:
-                os.unlink(tmp, dir_fd=dir_fd)
-            except FileNotFoundError:
-                pass
-            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0),
-                         0o600, dir_fd=dir_fd)
-            try:
-                os.fchmod(fd, 0o600)
-                view = memoryview(data)
-                while view:
-                    view = view[os.write(fd, view):]
-                os.fsync(fd)
-            finally:
-                os.close(fd)
-            os.rename(tmp, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
+            for instance_id, state in items:
+                current = instance_id
+                data = json.dumps(state, sort_keys=True, separators=(",", ":")).encode("utf-8")
+                tmp = "." + instance_id + ".tmp"  # fixed name: runs are serialised by the lock
+                try:
+                    os.unlink(tmp, dir_fd=dir_fd)
+                except FileNotFoundError:
+                    pass
+                pending.append((instance_id, tmp))
+                fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0),
+                             0o600, dir_fd=dir_fd)
+                try:
+                    os.fchmod(fd, 0o600)
+                    view = memoryview(data)
+                    while view:
+                        view = view[os.write(fd, view):]
+                finally:
+                    os.close(fd)
+            current, err = _fsync_files(dir_fd, pending)
+            if err is not None:
+                raise err
+            while pending:
+                current, tmp = pending[0]
+                os.rename(tmp, current + ".json", src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
+                pending.pop(0)
         except OSError as err:
-            try:
-                os.unlink(tmp, dir_fd=dir_fd)
-            except OSError:
-                pass
+            for _instance_id, tmp in pending:
+                try:
+                    os.unlink(tmp, dir_fd=dir_fd)
+                except OSError:
+                    pass
             raise VgpuError("cannot write sentinel cursor %s: %s"
-                            % (self.path(instance_id), err.strerror or err))
+                            % (self.path(current), err.strerror or err))
 
     def remove(self, instance_id):
         dir_fd = self._open_dir(create=False)
@@ -584,6 +625,37 @@ class CursorStore(object):
             os.fsync(self._open_dir(create=True))
         except OSError as err:
             raise VgpuError("cannot sync sentinel state directory %s: %s" % (self.directory, err.strerror or err))
+
+
+FSYNC_THREADS = 16
+
+
+def _fsync_file(dir_fd, name):
+    fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0), dir_fd=dir_fd)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _fsync_files(dir_fd, named):
+    """fsync each ``(key, name)`` file of ``dir_fd`` in parallel; ``(key, first OSError)`` or ``(None, None)``."""
+    if len(named) <= 1:
+        for key, name in named:
+            try:
+                _fsync_file(dir_fd, name)
+            except OSError as err:
+                return key, err
+        return None, None
+    with concurrent.futures.ThreadPoolExecutor(max_workers=min(FSYNC_THREADS, len(named))) as pool:
+        futures = [(key, pool.submit(_fsync_file, dir_fd, name)) for key, name in named]
+    for key, future in futures:
+        err = future.exception()
+        if err is not None:
+            if isinstance(err, OSError):
+                return key, err
+            raise err
+    return None, None
 
 
 def _fsync_dir(path):
@@ -642,6 +714,9 @@ class _Evidence(object):
         # Host facts first: a file last written before the assignment holds nothing of it,
         # whatever its guest timestamps say. The guest ts can then only exclude.
         why = self.stale.get(marker.file)
+        if why is None and self.assignment["time"] is None:
+            self.last = marker  # no assignment time: nothing to compare ts with (as in hypeman)
+            return
         if why is None:
             try:
                 when = parse_rfc3339(marker.ts)
@@ -713,7 +788,7 @@ class _InstanceScan(object):
         self.warnings = []
         self.app_path = os.path.join(log_dir, "app.log")
         self.rotated_path = self.app_path + ".1"
-        self.floor_ns = to_unix_ns(assignment["time"])
+        self.floor_ns = to_unix_ns(assignment["time"]) if assignment["time"] is not None else 0
         self.floor_why = "the assignment (%s)" % assignment["assigned_at"]
         self.archive_names = []
         self.new_boot = False
@@ -775,11 +850,13 @@ class _InstanceScan(object):
             if resumable:
                 app_span = self._resume(reader, old_log, app_fd, app_st, rot_fd, rot_st, rot_new, same_assignment)
             else:
-                # A new file (new boot) or no cursor: start fresh. A new app.log.1 may hold
-                # this boot's first bytes; one rotated before this boot or assignment is
-                # marked stale by its mtime, so a previous boot's markers are never replayed.
+                # A new file (new boot) or no cursor: start fresh. hypeman's sentinel reads
+                # app.log.1 only to finish a stream it was following when app.log was
+                # copytruncated, so it has read an app.log.1 only when that was this boot's
+                # app.log, rotated during this assignment (the host clock decides, as
+                # above); any other app.log.1 (a previous boot's) is not read at all.
                 spans = []
-                if rot_new:
+                if rot_new and self.rotated_path not in self.stale:
                     spans.append(_Span(self.rotated_path, rot_fd, 0, rot_st.st_size))
                 self._read(reader, spans)
                 reader.reset_line()
@@ -869,7 +946,9 @@ def _assignment_of(instance):
     if not instance.get("vf_address"):
         return None, "vGPU claim has no VF address (GPUDevicePath %r)" % instance.get("device_path")
     if not instance.get("assigned_at"):
-        return None, "vGPU claim has no assignment time (GPUClaimedAt/GPUAssignedAt)"
+        # hypeman's sentinel scans such an instance too and reports for assigned_at ""
+        # (GPUAssignedAt nil): only host facts (the boot) bound its evidence then.
+        return {"vf_address": instance["vf_address"], "assigned_at": "", "time": None}, None
     try:
         assigned = parse_rfc3339(instance["assigned_at"])
     except ValueError as err:
@@ -900,7 +979,8 @@ class ScanReport(object):
         """After the store took these reports, remember it in the cursors."""
         for finding in findings:
             state = self._states[finding["instance_id"]][0]
-            state["verdict"]["recorded"] = True
+            held = state["verdict"] if finding["current"] else state["previous"]["verdict"]
+            held["recorded"] = True
             finding["recorded"] = True
             self._states[finding["instance_id"]] = (state, True)
 
@@ -908,11 +988,10 @@ class ScanReport(object):
         """Write every changed cursor and drop those of vanished instances."""
         if self._cursors is None:
             return
-        touched = False
-        for instance_id, (state, changed) in sorted(self._states.items()):
-            if changed:
-                self._cursors.save(instance_id, state)
-                touched = True
+        changed = [(instance_id, state) for instance_id, (state, changed) in sorted(self._states.items()) if changed]
+        touched = bool(changed)
+        if changed:
+            self._cursors.save_all(changed)
         for instance_id in self._prune:
             self._cursors.remove(instance_id)
             touched = True
@@ -1026,6 +1105,7 @@ def _scan_one(report, cursors, instance, log_dir_of, buf):
     report.warnings.extend(work.warnings)
 
     verdict = dict(old["verdict"]) if same_assignment and old.get("verdict") else None
+    previous = _pending_previous(old, same_assignment)
     last = evidence.last
     report.unattributed.extend(evidence.unattributed)
     if evidence.more:
@@ -1052,33 +1132,76 @@ def _scan_one(report, cursors, instance, log_dir_of, buf):
         "verdict": verdict,
         "archives": archives,
     }
+    if previous is not None:
+        state["previous"] = previous
     report._states[instance_id] = (state, state != old)
+    if previous is not None:
+        report.findings.append(_finding(instance_id, previous["assignment"], previous["verdict"], current=False))
     if verdict is not None:
-        report.findings.append({
-            "instance_id": instance_id,
-            "vf_address": key["vf_address"],
-            "assigned_at": key["assigned_at"],
-            "verdict": verdict["verdict"],
-            "ts": verdict["ts"],
-            "nvrm": verdict["nvrm"],
-            "file": verdict["file"],
-            "recorded": verdict["recorded"],
-        })
+        report.findings.append(_finding(instance_id, key, verdict, current=True))
     for name, entry in sorted(archives.items(), key=lambda kv: _archive_ns(kv[0])):
         if entry["last"] is not None:
             report.history.append(dict(entry["last"], instance_id=instance_id,
                                        file=os.path.join(log_dir, name), markers=entry["markers"]))
 
 
+def _finding(instance_id, assignment, verdict, current):
+    return {
+        "instance_id": instance_id,
+        "vf_address": assignment["vf_address"],
+        "assigned_at": assignment["assigned_at"],
+        "current": current,
+        "verdict": verdict["verdict"],
+        "ts": verdict["ts"],
+        "nvrm": verdict["nvrm"],
+        "file": verdict["file"],
+        "recorded": verdict["recorded"],
+    }
+
+
+def _pending_previous(old, same_assignment):
+    """The previous assignment's OK verdict still to be reported, or None.
+
+    hypeman's L1 sentinel retries a success report that failed to persist
+    once more for the old assignment before it replaces the instance's tail
+    (the follow-up of kernel/hypeman PR #435's review). Here an OK that no
+    run recorded yet is that pending success: it is kept, and reported for
+    the old (VF, assigned_at), until a ``record`` run stores it. A FAILED
+    verdict is not carried over: hypeman never reports a failure after the
+    assignment changed.
+    """
+    if old is None:
+        return None
+    if same_assignment:
+        previous = old.get("previous")
+        if previous is None or previous["verdict"]["recorded"]:
+            return None  # stored by an earlier run: done
+        return {"assignment": dict(previous["assignment"]), "verdict": dict(previous["verdict"])}
+    verdict = old.get("verdict")
+    if verdict is not None and verdict["verdict"] == "ok" and not verdict["recorded"]:
+        return {"assignment": dict(old["assignment"]), "verdict": dict(verdict)}
+    return None
+
+
 def _still_assigned(instance, key):
-    """Whether the instance's metadata still names the assignment ``key``."""
+    """Whether the markers read may still go to the assignment ``key``.
+
+    As hypeman's confirmAssignment: only another assignment now in the
+    metadata rejects them. A released claim (the metadata is gone or names no
+    vendor-VFIO claim any more) leaves them with the assignment they were read
+    under; metadata that cannot be read rejects them (hypeman: an error).
+    """
     path = instance["metadata_path"]
     try:
         meta = _hypeman.parse_metadata(_fileio.read_bytes(path).decode("utf-8", "replace"))
+    except FileNotFoundError:
+        return True  # the instance is gone: released
     except (OSError, ValueError, RecursionError):
         return False
     fresh = _hypeman.instance_from_metadata(meta, path)
-    return {"vf_address": fresh.get("vf_address"), "assigned_at": fresh.get("assigned_at")} == key
+    if fresh.get("retained_for_cleanup") or fresh.get("framework") != VENDOR_VFIO or not fresh.get("device_path"):
+        return True  # released: no longer a sentinel target
+    return {"vf_address": fresh.get("vf_address"), "assigned_at": fresh.get("assigned_at") or ""} == key
 
 
 # --- recording ---------------------------------------------------------------------------------

@@ -111,6 +111,9 @@ RETURN = r"""
 findings:
   description:
     - The standing verdict of each current assignment that has one, whether it is new in this run or not.
+    - Also, with RV(findings[].current=false), a previous assignment's C(ok) verdict that no run has recorded yet
+      (the instance was reassigned since); it stays here until a O(record=true) run reports it, as hypeman retries
+      a pending success for the old assignment.
   returned: always
   type: list
   elements: dict
@@ -124,9 +127,15 @@ findings:
       type: str
       sample: "0000:82:00.4"
     assigned_at:
-      description: Assignment (claim) time, UTC RFC 3339 with nanoseconds, as hypeman writes it to the store.
+      description:
+        - Assignment (claim) time, UTC RFC 3339 with nanoseconds, as hypeman writes it to the store.
+        - Empty when the metadata has no assignment time (hypeman reports such an assignment with an empty time too).
       type: str
       sample: "2026-08-31T12:00:00.123456789Z"
+    current:
+      description: Whether this is the instance's current assignment (V(false) for a previous assignment's pending C(ok)).
+      type: bool
+      sample: true
     verdict:
       description: C(failed) or C(ok), from the last attributed marker.
       type: str

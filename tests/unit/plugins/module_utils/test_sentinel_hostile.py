@@ -106,7 +106,7 @@ class Stream(object):
         found = []
         for line in self.stream.split(b"\n")[:-1]:
             bare = line[:-1] if line.endswith(b"\r") else line
-            if bare in self.markers and len(line) <= MAX:
+            if bare in self.markers and len(line) + 1 <= MAX:  # the "\n" must fit too
                 found.append(self.markers[bare])
         return found
 

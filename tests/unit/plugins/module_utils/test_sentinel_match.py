@@ -71,14 +71,21 @@ def test_nul_in_ts_matches_like_hypeman_but_is_no_time():
     assert _sentinel.match_marker(line).ts == TS0 + "\x00"
 
 
-def test_line_length_limit_is_64_kib():
+def test_line_length_limit_is_64_kib_including_the_newline():
+    # hypeman reads lines with bufio.Reader.ReadSlice on a 64 KiB buffer: the line
+    # and its "\n" must fit, so the text of a counted line is at most 65,535 bytes.
     head = b"2026/08/22 15:04:05 [guest-agent] HYPEMAN-GPU-INIT-FAILED ts=" + TS0.encode() + b' nvrm="NVRM: '
     tail = b' RmInitAdapter failed!"'
-    fill = _sentinel.MAX_LINE_BYTES - len(head) - len(tail)
+    fill = _sentinel.MAX_LINE_BYTES - 1 - len(head) - len(tail)
     at_limit = head + b"x" * fill + tail
-    assert len(at_limit) == 64 * 1024
+    assert len(at_limit + b"\n") == 64 * 1024
     assert _sentinel.match_marker(at_limit).verdict == "failed"
-    assert _sentinel.match_marker(head + b"x" * (fill + 1) + tail) is None
+    assert _sentinel.match_marker(head + b"x" * (fill + 1) + tail) is None  # 65,536 bytes + "\n": skipped
+    with_cr = head + b"x" * (fill - 1) + tail + b"\r"  # the CR counts too
+    assert _sentinel.match_marker(with_cr).verdict == "failed"
+    assert _sentinel.match_marker(head + b"x" * fill + tail + b"\r") is None
+    for line, found in ((at_limit, 1), (head + b"x" * (fill + 1) + tail, 0)):
+        assert len(_feed_all(line + b"\n" + line[:10], 4096).markers) == found
 
 
 def _feed_all(data, block):
