@@ -25,7 +25,8 @@ def test_one_sriov_unit_for_the_allowed_card(sh):
     assert real.startswith(ROOT + "/sys/devices/")
     device_unit = sh.check_output("systemd-escape --path --suffix=device %s" % ("/sys" + real[len(ROOT + "/sys"):]))
     lines = unit_lines(sh, UNIT_PATH)
-    for expected in ("Type=oneshot", "RemainAfterExit=yes", "Before=hypeman.service", "Wants=" + device_unit,
+    for expected in ("Type=oneshot", "RemainAfterExit=yes", "Wants=" + device_unit,
+                     "Before=hypeman.service nvidia-dcgm.service nvidia-dcgm-exporter.service",
                      "After=%s systemd-modules-load.service" % device_unit,
                      "ExecStart=%s/usr/lib/nvidia/sriov-manage -e %s" % (ROOT, CARD),
                      "ConditionPathExists=!%s/sys/bus/pci/devices/%s/virtfn0" % (ROOT, CARD),
