@@ -318,6 +318,21 @@ class Options(object):
                    unit, params.get("journalctl_path"), hours)
 
 
+# The argument spec of the options above (doc fragment hypeman.vgpu.wedge_signals).
+ARGUMENT_SPEC = {
+    "wedge_signals": dict(type="bool", default=True),
+    "hypeman_log_path": dict(type="path"),
+    "kernel_log_path": dict(type="path"),
+    "hypeman_unit": dict(type="str", default=DEFAULT_UNIT),
+    "journalctl_path": dict(type="path", default=DEFAULT_JOURNALCTL),
+    "wedge_window_hours": dict(type="int", default=DEFAULT_WINDOW_HOURS),
+}
+
+
+def argument_spec():
+    return dict((name, dict(spec)) for name, spec in ARGUMENT_SPEC.items())
+
+
 def _source(kind, where):
     return {"source": kind, "from": where, "read": False, "error": None, "truncated": False, "lines": 0,
             "signals": 0}
@@ -512,3 +527,41 @@ def collect(options, sysfs_root, proc_root, instances, vf_parents, ledger=None, 
     section["at_risk_vfs"], section["unattributed"], section["superseded"] = attribute(
         signals, instances, vf_parents, cleared, sysfs_root, current_boot_id(proc_root), boot_ns, since_ns)
     return section
+
+
+def host_section(options, sysfs_root, proc_root, state_dir, instances, vfs):
+    """:func:`collect` for a placement view: the ledger read from ``state_dir`` (unreadable: no clears, said so)."""
+    from ansible_collections.hypeman.vgpu.plugins.module_utils import _ledger
+
+    ledger, ledger_error = None, None
+    if options.enabled:
+        try:
+            ledger = _ledger.read_ledger(state_dir)
+        except VgpuError as err:
+            ledger_error = err.msg
+    section = collect(options, sysfs_root, proc_root, instances, dict((vf["address"], vf["parent"]) for vf in vfs),
+                      ledger)
+    section["ledger_error"] = ledger_error
+    return section
+
+
+def add_to_view(result, section):
+    """Put a section into a placement view: ``wedge_signals``, ``at_risk_vfs`` and ``vfs[].at_risk``."""
+    result["wedge_signals"] = section
+    result["at_risk_vfs"] = section["at_risk_vfs"]
+    at_risk = set(entry["vf"] for entry in section["at_risk_vfs"])
+    for vf in result.get("vfs") or []:
+        vf["at_risk"] = vf["address"] in at_risk
+
+
+def warnings(section):
+    """One line per at-risk VF, and one per source that could not be read."""
+    lines = []
+    for entry in section["at_risk_vfs"]:
+        lines.append("VF %s (card %s) may be wedged: %s at %s (%d signal(s)); evidence: %s" % (
+            entry["vf"], entry["card"], entry["reason"], entry["time"], entry["signals"],
+            entry["evidence"][-1]["line"][:300]))
+    for source in section["sources"]:
+        if source["error"]:
+            lines.append("wedge-risk signals not read from %s: %s" % (source["from"], source["error"]))
+    return lines
