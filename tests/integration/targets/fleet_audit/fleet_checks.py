@@ -223,7 +223,7 @@ def check_prometheus(args):
                                                                        codes))
         at_risk = ("1" if "vf_at_risk" in codes else "0")
         for reason in ("vf_may_wedge", "oom_killed_qemu"):
-            if "host_not_vgpu" not in codes and \
+            if "host_not_vgpu" not in codes and "audit_incomplete" not in codes and \
                     values.get('hypeman_vgpu_at_risk_vfs{reason="%s"}' % reason) != at_risk:
                 fail("%s: hypeman_vgpu_at_risk_vfs{reason=%s} is %s with issues %s" % (
                     host, reason, values.get('hypeman_vgpu_at_risk_vfs{reason="%s"}' % reason), codes))
