@@ -358,7 +358,7 @@ def _read_source(options, kind, since_ns, now_ns, boot_ns):
             section["error"] = err.msg
             return section, []
     section["read"] = True
-    section["lines"] = len(pairs)
+    section["lines"] = len([line for line, _stamp in pairs if line.strip()])
     signals = []
     for line, stamp in pairs:
         if kind == "hypeman":

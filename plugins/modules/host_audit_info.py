@@ -24,7 +24,7 @@ description:
     store. The scan runs read-only - sentinel cursors are read, never moved - so the audit writes nothing.
   - Whether a hypeman process runs and, with O(api_url), whether hypeman's C(GET /resources) agrees with
     the files.
-  - The wedge-risk signals (O(wedge_signals)): VFs hypeman hard-killed a hypervisor of, or whose QEMU the
+  - The wedge-risk signals (O(wedge_signals)) - VFs hypeman hard-killed a hypervisor of, or whose QEMU the
     kernel's OOM killer killed, as RV(at_risk_vfs) and one C(vf_at_risk) warning each, with evidence. They never
     quarantine. A source that cannot be read gives the info issue C(wedge_signals_unread).
   - Optionally the host prerequisites (O(prerequisites)) - IOMMU, vfio and NVIDIA vGPU modules,

@@ -34,7 +34,7 @@ description:
     and its card is not RV(gpus[].idle). Unreadable metadata keeps every card from being idle.
   - With O(wedge_signals) it reads hypeman's C(device may wedge) warnings and the kernel's OOM kills of a VF's
     QEMU and lists the VFs they concern in RV(at_risk_vfs), each with its evidence. Such a VF is not quarantined
-    by this: confirm it as C(docs/runbook.md) says. A source that cannot be read is named in
+    by this; confirm it as C(docs/runbook.md) says. A source that cannot be read is named in
     RV(wedge_signals.sources) and a warning; no signal then does not mean no risk.
   - On a host without a vGPU framework but with NVIDIA GPUs, hypeman runs in passthrough mode; RV(passthrough)
     models its C(/resources) answer for that mode, and the API cross-check compares it.
@@ -454,7 +454,9 @@ passthrough:
       type: int
       sample: 1
     devices:
-      description: C({address, name, driver, available}) in address order, as hypeman lists them (C(name) from its table of NVIDIA device ids, else from the PCI class).
+      description:
+        - C({address, name, driver, available}) in address order, as hypeman lists them.
+        - C(name) comes from hypeman's table of NVIDIA device ids, else from the PCI class.
       type: list
       elements: dict
 pending_quarantine:

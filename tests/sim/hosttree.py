@@ -709,7 +709,8 @@ class HostTree(object):
     def describe(self):
         """JSON-ready description of the tree: paths, cards, instances, processes."""
         return {
-            "root": self.root, "hypeman_log_path": self.hypeman_log_path, "kernel_log_path": self.kernel_log_path, "sysfs_root": self.sysfs_root, "proc_root": self.proc_root,
+            "root": self.root, "hypeman_log_path": self.hypeman_log_path, "kernel_log_path": self.kernel_log_path,
+            "sysfs_root": self.sysfs_root, "proc_root": self.proc_root,
             "dev_root": self.dev_root, "data_dir": self.data_dir, "state_dir": self.state_dir,
             "config_path": self.config_path, "store_path": self.store_path, "boot_id": self.boot_id,
             "cards": [self.cards[a].describe() for a in sorted(self.cards)],

@@ -48,7 +48,7 @@ def test_hypeman_json_line_names_vf_instance_and_time():
     signal = _wedge.parse_hypeman_line(HYPEMAN_JSON, NOW)
     assert signal["instance_id"] == "inst-1"
     assert signal["device_path"] == "/sys/bus/pci/devices/0000:82:00.4"
-    at_risk, unattributed, _ = _attribute([signal])
+    at_risk, unattributed, _superseded = _attribute([signal])
     assert unattributed == []
     assert at_risk[0]["vf"] == VF and at_risk[0]["card"] == CARD and at_risk[0]["reason"] == "vf_may_wedge"
     assert at_risk[0]["time"] == "2026-12-02T02:40:00.123456789Z"
@@ -72,7 +72,7 @@ def test_other_hypeman_lines_are_no_signal():
 
 def test_oom_kill_is_attributed_through_the_recorded_hypervisor_pid():
     signals = [_wedge.parse_kernel_line(OOM_SUMMARY, NOW, BOOT), _wedge.parse_kernel_line(OOM_LINE, NOW, BOOT)]
-    at_risk, unattributed, _ = _attribute(signals, [_instance()])
+    at_risk, unattributed, _superseded = _attribute(signals, [_instance()])
     assert unattributed == []
     assert len(at_risk) == 1 and at_risk[0]["signals"] == 1, "the two kernel lines of one kill are one signal"
     assert at_risk[0]["reason"] == "oom_killed_qemu" and at_risk[0]["instance_id"] == "inst-9"
@@ -86,7 +86,7 @@ def test_oom_kill_is_attributed_through_the_recorded_hypervisor_pid():
     (_instance(vf=None), "pid 41235 is no instance"),  # no VF claimed
 ])
 def test_an_oom_kill_no_instance_explains_is_unattributed(instance, why):
-    at_risk, unattributed, _ = _attribute([_wedge.parse_kernel_line(OOM_LINE, NOW, BOOT)], [instance])
+    at_risk, unattributed, _superseded = _attribute([_wedge.parse_kernel_line(OOM_LINE, NOW, BOOT)], [instance])
     assert at_risk == []
     assert unattributed[0]["why"].startswith(why) and unattributed[0]["pid"] == 41235
 
@@ -103,13 +103,13 @@ def test_older_kernel_formats_and_times():
 def test_signals_before_boot_window_or_ledger_clear_do_not_count():
     signal = _wedge.parse_hypeman_line(HYPEMAN_JSON, NOW)
     stamp = signal["time_ns"]
-    at_risk, _, superseded = _attribute([signal], cleared={VF: stamp + 1})
+    at_risk, _unattributed, superseded = _attribute([signal], cleared={VF: stamp + 1})
     assert at_risk == [] and superseded[0]["why"].startswith("the ledger clears the VF after it")
-    at_risk, _, superseded = _attribute([dict(signal, time_ns=BOOT - 1)])
+    at_risk, _unattributed, superseded = _attribute([dict(signal, time_ns=BOOT - 1)])
     assert at_risk == [] and superseded[0]["why"] == "before this boot"
-    at_risk, _, superseded = _attribute([signal], since=stamp + 1)
+    at_risk, _unattributed, superseded = _attribute([signal], since=stamp + 1)
     assert at_risk == [] and superseded[0]["why"] == "older than the look-back window"
-    at_risk, _, _ = _attribute([signal], cleared={VF: stamp - 1})
+    at_risk, _unattributed, _superseded = _attribute([signal], cleared={VF: stamp - 1})
     assert at_risk[0]["vf"] == VF, "a clear before the signal does not supersede it"
 
 
@@ -156,7 +156,7 @@ def test_journal_json_is_read_newest_first_with_binary_messages(tmp_path):
     fake.chmod(fake.stat().st_mode | stat.S_IXUSR)
     messages, truncated = _wedge.read_journal(str(fake), ["--unit=hypeman.service"], 0)
     assert not truncated
-    assert [m for m, _ in messages] == [HYPEMAN_JSON, OOM_LINE]
+    assert [m for m, _stamp in messages] == [HYPEMAN_JSON, OOM_LINE]
 
 
 def test_a_failing_journalctl_names_the_command(tmp_path):
