@@ -187,15 +187,19 @@ def compare_with_api(result, api_gpu):
     """
     mismatches, missing = [], []
     local_total = result["slots"]["total"]
+    if result["framework"] == _sysfs.FRAMEWORK_NONE and (api_gpu is None or isinstance(api_gpu, dict)):
+        # No vGPU framework: hypeman's passthrough mode (or no gpu at all).
+        from ansible_collections.hypeman.vgpu.plugins.module_utils import _passthrough
+
+        return _passthrough.compare(result.get("passthrough"), api_gpu, _NEWER_GPU_FIELDS)
     if api_gpu is None:
         if result["framework"] != _sysfs.FRAMEWORK_NONE and local_total:
             mismatches.append({"field": "gpu", "local": "vgpu", "api": None})
         return mismatches, missing
     if not isinstance(api_gpu, dict):
-        mismatches.append({"field": "gpu", "local": "vgpu", "api": api_gpu})
-        return mismatches, missing
-    if result["framework"] == _sysfs.FRAMEWORK_NONE:
-        mismatches.append({"field": "mode", "local": None, "api": api_gpu.get("mode")})
+        local = "vgpu" if result["framework"] != _sysfs.FRAMEWORK_NONE else (
+            "passthrough" if result.get("passthrough") else None)
+        mismatches.append({"field": "gpu", "local": local, "api": api_gpu})
         return mismatches, missing
     if api_gpu.get("mode") != "vgpu":
         mismatches.append({"field": "mode", "local": "vgpu", "api": api_gpu.get("mode")})

@@ -344,6 +344,23 @@ def classify(result, hypeman_expected=True):
                 "%d VF(s) cannot be read and are skipped by hypeman: %s" % (
                     len(placement["unreadable_vfs"]), ", ".join(str(a) for a in placement["unreadable_vfs"])),
                 "check the driver state of these VFs; an SR-IOV cycle recreates them"))
+    for entry in result.get("at_risk_vfs") or []:
+        issues.append(_issue(
+            "warning", "vf_at_risk",
+            "VF %s (card %s) may be wedged: %s at %s (%d signal(s)); evidence: %s" % (
+                entry["vf"], entry["card"], entry["reason"], entry["time"], entry["signals"],
+                entry["evidence"][-1]["line"][:300]),
+            "confirm before the next guest lands on it: assign the same profile on another VF of the card "
+            "(docs/runbook.md, 'Confirm an at-risk VF'); a wedged VF needs an SR-IOV cycle of its card",
+            entry["vf"]))
+    wedge = result.get("wedge_signals")
+    if wedge is not None and not wedge["complete"]:
+        issues.append(_issue(
+            "info", "wedge_signals_unread",
+            "wedge-risk signals not read from: %s" % "; ".join(
+                "%s (%s)" % (s["from"], s["error"]) for s in wedge["sources"] if s["error"]),
+            "give hypeman_log_path/kernel_log_path, or make journalctl readable; until then no at-risk VF "
+            "means nothing was looked at"))
     api = result["api"]
     if api is not None:
         if api["error"]:
@@ -371,11 +388,12 @@ def classify(result, hypeman_expected=True):
 # --- the audit ----------------------------------------------------------------------------------
 
 
-def audit_host(paths, threshold=None, api=None, sentinel=True, prereq=None, hypeman_expected=True):
+def audit_host(paths, threshold=None, api=None, sentinel=True, prereq=None, hypeman_expected=True, wedge=None):
     """Audit one host; returns ``(result, warnings)``.
 
     ``api``: None or ``{url, token, validate_certs, timeout}``; ``prereq``:
-    None or ``{sriov_manage, dcgm_units, unit_dirs}`` to check prerequisites.
+    None or ``{sriov_manage, dcgm_units, unit_dirs}`` to check prerequisites;
+    ``wedge``: None or a ``_wedge.Options`` to read the wedge-risk signals.
     Only a bad explicit ``threshold`` raises; every other failure is kept in
     ``result["errors"]`` as ``{section, error}``.
     """
@@ -384,14 +402,22 @@ def audit_host(paths, threshold=None, api=None, sentinel=True, prereq=None, hype
         if threshold is not None else _config_threshold(paths.config_path, errors)
     result = {"threshold": threshold, "threshold_source": threshold_source, "errors": errors,
               "store": None, "placement": None, "sentinel": None, "api": None, "capacity": None,
-              "hypeman": hypeman_section(paths.proc_root), "prerequisites": None, "footprint": None}
+              "hypeman": hypeman_section(paths.proc_root), "prerequisites": None, "footprint": None,
+              "wedge_signals": None, "at_risk_vfs": []}
     if result["hypeman"]["error"]:
         errors.append({"section": "hypeman", "error": result["hypeman"]["error"]})
     view = None
     try:
-        view, view_warnings = _placement.host_view(paths.sysfs_root, paths.proc_root, paths.dev_root,
-                                                   paths.data_dir, paths.store_path, paths.config_path)
+        view, view_warnings = _placement.host_view(
+            paths.sysfs_root, paths.proc_root, paths.dev_root, paths.data_dir, paths.store_path, paths.config_path,
+            wedge=(wedge, paths.state_dir) if wedge is not None and wedge.enabled else None)
         warnings.extend(view_warnings)
+        if view.get("wedge_signals") is not None:
+            from ansible_collections.hypeman.vgpu.plugins.module_utils import _wedge
+
+            result["wedge_signals"] = view["wedge_signals"]
+            result["at_risk_vfs"] = view["at_risk_vfs"]
+            warnings.extend(_wedge.warnings(view["wedge_signals"]))
         result["placement"] = placement_section(view)
         result["capacity"] = capacity_section(result["placement"])
     except VgpuError as err:

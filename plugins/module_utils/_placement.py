@@ -57,7 +57,7 @@ def _go_q(text):
     return json.dumps(text)
 
 
-def host_view(sysfs_root, proc_root, dev_root, data_dir, store_path, config_path, profile=None):
+def host_view(sysfs_root, proc_root, dev_root, data_dir, store_path, config_path, profile=None, wedge=None):
     """Read the host and compute the placement view: ``(result, warnings)``.
 
     Reads the threshold from ``config_path``, discovers VFs and their cards,
@@ -89,6 +89,16 @@ def host_view(sysfs_root, proc_root, dev_root, data_dir, store_path, config_path
         open_paths, open_error = None, err.msg
     result = compute(discovery, parents, instances, unreadable, quarantine, vf_nodes, open_paths, open_error, profile)
     result["store"] = {"path": store.path, "format": store.format, "valid": store.valid, "error": store.error}
+    if result["framework"] == _sysfs.FRAMEWORK_NONE:
+        from ansible_collections.hypeman.vgpu.plugins.module_utils import _passthrough
+
+        result["passthrough"] = _passthrough.discover(sysfs_root)
+    if wedge is not None:
+        # wedge: (_wedge.Options, state_dir); the signals are attributed with the instances listed here.
+        from ansible_collections.hypeman.vgpu.plugins.module_utils import _wedge
+
+        _wedge.add_to_view(result, _wedge.host_section(wedge[0], sysfs_root, proc_root, wedge[1], instances,
+                                                       discovery.vfs))
     return result, list(discovery.warnings)
 
 
@@ -484,6 +494,7 @@ class _Placement(object):
             "pending_quarantine": sorted(self.quarantine.pending) if self.quarantine.available else [],
             "held_open_error": self.open_error,
             "candidates": None,
+            "passthrough": None,
         }
         if profile is not None:
             result["candidates"] = self._candidates(profile, slots)

@@ -24,6 +24,9 @@ description:
     store. The scan runs read-only - sentinel cursors are read, never moved - so the audit writes nothing.
   - Whether a hypeman process runs and, with O(api_url), whether hypeman's C(GET /resources) agrees with
     the files.
+  - The wedge-risk signals (O(wedge_signals)) - VFs hypeman hard-killed a hypervisor of, or whose QEMU the
+    kernel's OOM killer killed, as RV(at_risk_vfs) and one C(vf_at_risk) warning each, with evidence. They never
+    quarantine. A source that cannot be read gives the info issue C(wedge_signals_unread).
   - Optionally the host prerequisites (O(prerequisites)) - IOMMU, vfio and NVIDIA vGPU modules,
     C(sriov-manage), vendor-VFIO framework, DCGM units - each with a fix.
   - What of a hypeman vGPU host was found at the given paths (RV(footprint)). A host with neither an NVIDIA SR-IOV
@@ -35,6 +38,7 @@ extends_documentation_fragment:
   - hypeman.vgpu.host_paths
   - hypeman.vgpu.attributes
   - hypeman.vgpu.attributes.info_module
+  - hypeman.vgpu.wedge_signals
 options:
   threshold:
     description:
@@ -352,6 +356,20 @@ issues:
   elements: dict
   sample: [{"severity": "warning", "code": "card_ready_for_cycle", "message": "card 0000:82:00.0 is drained",
             "action": "recover it", "subject": "0000:82:00.0"}]
+at_risk_vfs:
+  description:
+    - VFs a wedge-risk signal concerns, as in M(hypeman.vgpu.vgpu_placement_info)'s RV(at_risk_vfs)
+      (C({vf, card, reason, reasons, time, instance_id, signals, evidence})); empty when not read.
+  returned: always
+  type: list
+  elements: dict
+wedge_signals:
+  description:
+    - What was read for RV(at_risk_vfs) (C({enabled, since, boot_time, sources, complete, unattributed, superseded,
+      ledger_error})), as in M(hypeman.vgpu.vgpu_placement_info); null when O(wedge_signals) is false or the
+      placement view failed.
+  returned: always
+  type: dict
 needs_action:
   description: Whether any issue is a warning or critical.
   returned: always
@@ -361,7 +379,7 @@ needs_action:
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.hypeman.vgpu.plugins.module_utils import _audit
+from ansible_collections.hypeman.vgpu.plugins.module_utils import _audit, _wedge
 from ansible_collections.hypeman.vgpu.plugins.module_utils._errors import VgpuError
 from ansible_collections.hypeman.vgpu.plugins.module_utils._module import (
     host_path_spec, new_module, run_module, shown, store_path)
@@ -386,7 +404,8 @@ def _body(module):
                   "unit_dirs": params["unit_dirs"]}
     result, warnings = _audit.audit_host(paths, threshold=params["threshold"], api=api,
                                          sentinel=params["sentinel"], prereq=prereq,
-                                         hypeman_expected=params["hypeman_expected"])
+                                         hypeman_expected=params["hypeman_expected"],
+                                         wedge=_wedge.Options.from_params(params))
     for warning in warnings:
         module.warn(warning)
     result["changed"] = False
@@ -405,6 +424,7 @@ def main():
             dcgm_units=dict(type="list", elements="str",
                             default=list(_audit.DEFAULT_DCGM_UNITS)),
             unit_dirs=dict(type="list", elements="path", default=list(_audit.DEFAULT_UNIT_DIRS)),
+            **_wedge.argument_spec()
         ),
         supports_check_mode=True,
     )

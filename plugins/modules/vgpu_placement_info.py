@@ -32,12 +32,19 @@ description:
     (RV(placement_disabled_reason) set, no allocatable slot, no profile). mdev hosts ignore the store.
   - Unknown is never reported as safe. A VF whose open-handle check failed has RV(vfs[].held_open=null)
     and its card is not RV(gpus[].idle). Unreadable metadata keeps every card from being idle.
+  - With O(wedge_signals) it reads hypeman's C(device may wedge) warnings and the kernel's OOM kills of a VF's
+    QEMU and lists the VFs they concern in RV(at_risk_vfs), each with its evidence. Such a VF is not quarantined
+    by this; confirm it as C(docs/runbook.md) says. A source that cannot be read is named in
+    RV(wedge_signals.sources) and a warning; no signal then does not mean no risk.
+  - On a host without a vGPU framework but with NVIDIA GPUs, hypeman runs in passthrough mode; RV(passthrough)
+    models its C(/resources) answer for that mode, and the API cross-check compares it.
   - It fails only when VFs exist but none can be read (hypeman's discovery fails then too), or when
     the PCI device list, the guests directory or the config file cannot be read.
 extends_documentation_fragment:
   - hypeman.vgpu.host_paths
   - hypeman.vgpu.attributes
   - hypeman.vgpu.attributes.info_module
+  - hypeman.vgpu.wedge_signals
 options:
   profile:
     description:
@@ -349,6 +356,109 @@ vfs:
       description: Not allocated and not quarantined.
       type: bool
       sample: false
+    at_risk:
+      description: Listed in RV(at_risk_vfs).
+      type: bool
+      returned: when O(wedge_signals) is true
+      sample: false
+at_risk_vfs:
+  description:
+    - VFs a wedge-risk signal concerns, by address, each a warning with evidence (never a quarantine).
+    - C(reason) is the latest signal's, V(vf_may_wedge) (hypeman hard-killed its hypervisor after an ignored
+      SIGTERM) or V(oom_killed_qemu) (the kernel's OOM killer killed the instance's recorded hypervisor).
+  returned: when O(wedge_signals) is true
+  type: list
+  elements: dict
+  contains:
+    vf:
+      description: VF address.
+      type: str
+      sample: "0000:82:00.4"
+    card:
+      description: Its parent GPU (null when the VF is not discovered now).
+      type: str
+      sample: "0000:82:00.0"
+    reason:
+      description: The latest signal's reason.
+      type: str
+      sample: oom_killed_qemu
+    reasons:
+      description: Every reason seen.
+      type: list
+      elements: str
+    time:
+      description: The latest signal's time (UTC, RFC 3339).
+      type: str
+      sample: "2026-12-02T02:50:00Z"
+    instance_id:
+      description: The instance the latest signal names or was attributed to.
+      type: str
+      sample: inst-9
+    signals:
+      description: How many signals count.
+      type: int
+      sample: 1
+    evidence:
+      description: The newest signals (at most 5), C({reason, time, line, source, instance_id, device_path, pid, comm}).
+      type: list
+      elements: dict
+wedge_signals:
+  description: What was read for RV(at_risk_vfs).
+  returned: when O(wedge_signals) is true
+  type: dict
+  contains:
+    sources:
+      description:
+        - One per source, C({source, from, read, error, truncated, lines, signals}); C(source) is V(hypeman) or
+          V(kernel); C(truncated) says only the newest part was read.
+      type: list
+      elements: dict
+    complete:
+      description: Every source was read.
+      type: bool
+    since:
+      description: The start of the look-back window (UTC).
+      type: str
+    boot_time:
+      description: This boot's start (null when C(<proc_root>/stat) cannot be read).
+      type: str
+    unattributed:
+      description: Signals no VF could be named for, each with C(why) (for example an OOM-killed pid no instance recorded).
+      type: list
+      elements: dict
+    superseded:
+      description: Signals for a VF that do not count, each with C(why) (before the boot, the window or the VF's last clear).
+      type: list
+      elements: dict
+    ledger_error:
+      description: Why the ledger could not be read (then no clear supersedes a signal); null otherwise.
+      type: str
+passthrough:
+  description:
+    - On a host without a vGPU framework, hypeman's passthrough view; null otherwise.
+    - Candidates are PCI devices whose class is VGA or 3D controller or whose vendor is NVIDIA; hypeman lists
+      the NVIDIA ones, each available unless bound to C(vfio-pci).
+  returned: always
+  type: dict
+  contains:
+    total_slots:
+      description: NVIDIA devices.
+      type: int
+      sample: 2
+    used_slots:
+      description: Those bound to C(vfio-pci).
+      type: int
+      sample: 1
+    allocatable_slots:
+      description: total - used.
+      type: int
+      sample: 1
+    devices:
+      description:
+        - C({address, name, driver, available}) in address order, as hypeman lists them.
+        - C(name) comes from hypeman's table of NVIDIA device ids, else from the PCI class.
+      type: list
+      elements: dict
 pending_quarantine:
   description: VFs with failures >= threshold but no quarantine mark yet (counted as quarantined).
   returned: always
@@ -445,15 +555,19 @@ api:
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.hypeman.vgpu.plugins.module_utils import _placement
+from ansible_collections.hypeman.vgpu.plugins.module_utils import _placement, _wedge
 from ansible_collections.hypeman.vgpu.plugins.module_utils._module import host_path_spec, new_module, run_module, store_path
 
 
 def _body(module):
     params = module.params
+    options = _wedge.Options.from_params(params)
+    wedge = (options, params["state_dir"]) if options.enabled else None
     result, warnings = _placement.host_view(params["sysfs_root"], params["proc_root"], params["dev_root"],
                                             params["data_dir"], store_path(params), params["config_path"],
-                                            params["profile"])
+                                            params["profile"], wedge=wedge)
+    if result.get("wedge_signals") is not None:
+        warnings = list(warnings) + _wedge.warnings(result["wedge_signals"])
     for warning in warnings:
         module.warn(warning)
     if result["unreadable_metadata"]:
@@ -477,7 +591,7 @@ def main():
     module = new_module(
         AnsibleModule,
         argument_spec=host_path_spec(
-            profile=dict(type="str")),
+            profile=dict(type="str"), **_wedge.argument_spec()),
         supports_check_mode=True,
     )
     run_module(module, _body)

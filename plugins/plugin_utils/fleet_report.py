@@ -35,7 +35,7 @@ def _issue(severity, code, message, action=None, subject=None):
 # --- one host -----------------------------------------------------------------------------------
 
 _ENTRY_KEYS = ("threshold", "threshold_source", "errors", "store", "placement", "capacity", "sentinel", "hypeman",
-               "api", "prerequisites", "footprint", "issues", "needs_action")
+               "api", "prerequisites", "footprint", "issues", "needs_action", "at_risk_vfs", "wedge_signals")
 
 
 def host_entry(result, host, audited_at=None, actions=None):
@@ -150,13 +150,13 @@ def summarize(entries):
         "pending_quarantine_vfs": 0, "below_threshold_vfs": 0, "stale_records": 0,
         "cards_total": 0, "cards_ready_for_cycle": 0, "cards_overflow_only": 0, "cards_draining": 0,
         "cards_without_vfs": 0,
-        "sentinel_failed": 0, "sentinel_unreported": 0,
+        "sentinel_failed": 0, "sentinel_unreported": 0, "at_risk_vfs": 0, "hosts_wedge_signals_unread": 0,
         "slots_total": 0, "slots_allocatable": 0, "slots_quarantined": 0, "slots_lost": 0,
         "capacity_loss_pct": 0.0,
         "actions_taken": 0, "hosts_reconcile_failed": 0,
         "issues_by_code": {},
         "needing_action": [], "unreachable": [], "failed": [], "store_unavailable": [], "not_vgpu": [],
-        "ready_for_cycle": [], "reconcile_failed": [],
+        "ready_for_cycle": [], "reconcile_failed": [], "at_risk": [],
     }
     for entry in entries:
         host = entry["host"]
@@ -210,6 +210,11 @@ def summarize(entries):
         sentinel = entry.get("sentinel") or {}
         summary["sentinel_failed"] += len([f for f in sentinel.get("findings") or [] if f["verdict"] == "failed"])
         summary["sentinel_unreported"] += len(sentinel.get("unreported") or [])
+        for vf in entry.get("at_risk_vfs") or []:
+            summary["at_risk_vfs"] += 1
+            summary["at_risk"].append({"host": host, "vf": vf["vf"], "card": vf["card"], "reason": vf["reason"],
+                                       "time": vf["time"]})
+        summary["hosts_wedge_signals_unread"] += "wedge_signals_unread" in codes
         capacity = entry.get("capacity") or {}
         summary["slots_total"] += capacity.get("total_slots", 0)
         summary["slots_allocatable"] += capacity.get("allocatable_slots", 0)
@@ -229,7 +234,8 @@ ISSUE_CODES = ("unreachable", "audit_failed", "no_data", "reconcile_failed", "au
                "pending_quarantine", "stale_records", "sentinel_unreported", "card_ready_for_cycle",
                "card_without_vfs",
                "card_overflow_only", "unreadable_metadata", "unreadable_vfs", "api_mismatch", "hypeman_not_running",
-               "prerequisite_failed", "quarantined_vfs", "below_threshold", "card_draining")
+               "prerequisite_failed", "quarantined_vfs", "below_threshold", "card_draining", "vf_at_risk",
+               "wedge_signals_unread")
 _HOST_MEASURES = ("host_capacity_loss_pct",)
 
 
@@ -369,7 +375,8 @@ _SUMMARY_ROWS = (
     ("cards_ready_for_cycle", "Cards ready for an SR-IOV cycle"), ("cards_overflow_only", "Overflow-only cards"),
     ("cards_draining", "Cards draining"),
     ("cards_without_vfs", "Cards without VFs"), ("sentinel_failed", "Sentinel failure verdicts"),
-    ("sentinel_unreported", "Sentinel verdicts not in the store"), ("hosts_api_mismatch", "Hosts where the API disagrees"),
+    ("sentinel_unreported", "Sentinel verdicts not in the store"), ("at_risk_vfs", "VFs at risk of being wedged"),
+    ("hosts_wedge_signals_unread", "Hosts whose wedge-risk signals could not be read"), ("hosts_api_mismatch", "Hosts where the API disagrees"),
     ("hosts_api_unreachable", "Hosts whose API is unreachable"), ("slots_total", "vGPU slots"),
     ("slots_lost", "Slots lost to quarantine"), ("capacity_loss_pct", "Capacity lost (%)"),
     ("actions_taken", "Repairs made"),
@@ -596,6 +603,13 @@ def render_prometheus(entry):
             ((("verdict", v),), len([f for f in findings if f["verdict"] == v])) for v in ("failed", "ok")])
         _prom_line(out, "sentinel_unreported", "Sentinel verdicts whose report would change the store.",
                    [((), len(sentinel.get("unreported") or []))])
+    wedge = entry.get("wedge_signals")
+    if wedge is not None:
+        at_risk = entry.get("at_risk_vfs") or []
+        _prom_line(out, "at_risk_vfs", "VFs a wedge-risk signal concerns (hard kill, OOM kill), by latest reason.", [
+            ((("reason", r),), len([v for v in at_risk if v["reason"] == r])) for r in ("vf_may_wedge", "oom_killed_qemu")])
+        _prom_line(out, "wedge_signals_read", "1 when every wedge-risk signal source could be read.",
+                   [((), bool(wedge.get("complete")))])
     if entry.get("footprint") is not None:
         _prom_line(out, "host_not_vgpu", "1 when neither an NVIDIA SR-IOV GPU nor hypeman's data dir was found "
                    "at the audited paths.", [((), entry["footprint"]["not_vgpu"])])

@@ -148,18 +148,41 @@ def _discover_mdev(sysfs_root, parents):
     return "mdev", vfs, None
 
 
+# hypeman's device-name table (lib/devices/discovery.go getDeviceName), then the class fallback.
+_PT_NAMES = {"2321": "H100 NVL", "2330": "H100 SXM5 80GB", "2331": "H100 PCIe", "2339": "H100", "2335": "H200",
+             "27b8": "L4", "26b5": "L40", "26b9": "L40S", "20b0": "A100 SXM4 40GB", "20b2": "A100 SXM4 80GB",
+             "20b5": "A100 PCIe 40GB", "20f1": "A100 PCIe 80GB", "20b7": "A30", "2235": "A40", "2684": "RTX 4090",
+             "27b0": "RTX 4090 D", "1db4": "V100 PCIe 16GB", "1db5": "V100 SXM2 16GB", "1db6": "V100 PCIe 32GB"}
+_PT_CLASSES = {"0300": "VGA Controller", "0302": "3D Controller", "0403": "Audio Device"}
+_PCI_NAME = re.compile(r"^[0-9a-fA-F]{4}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.[0-9a-fA-F]$")
+
+
 def passthrough_devices(sysfs_root):
+    """hypeman's passthrough list (lib/resources/gpu.go): NVIDIA candidates, one entry each, in name order."""
     devices = os.path.join(sysfs_root, "bus", "pci", "devices")
     found = []
     for address in sorted(os.listdir(devices)) if os.path.isdir(devices) else []:
-        try:
-            vendor = _read(os.path.join(devices, address, "vendor")).strip()
-            klass = _read(os.path.join(devices, address, "class")).strip()
-            device = _read(os.path.join(devices, address, "device")).strip()
-        except (IOError, OSError):
+        if not _PCI_NAME.match(address):
             continue
-        if vendor.lower().replace("0x", "") == "10de" and klass.startswith("0x03"):
-            found.append({"address": address, "name": "NVIDIA %s" % device.replace("0x", "")})
+        base = os.path.join(devices, address)
+        try:
+            vendor = _read(os.path.join(base, "vendor")).strip()
+            device = _read(os.path.join(base, "device")).strip()
+            int(os.path.basename(os.readlink(os.path.join(base, "iommu_group"))))
+            klass = _read(os.path.join(base, "class")).strip()
+        except (IOError, OSError, ValueError):
+            continue
+        vendor = vendor[2:] if vendor.startswith("0x") else vendor
+        device = device[2:] if device.startswith("0x") else device
+        klass = klass[2:] if klass.startswith("0x") else klass
+        if vendor != "10de":
+            continue  # a VGA/3D candidate of another vendor is not listed
+        try:
+            driver = os.path.basename(os.readlink(os.path.join(base, "driver")))
+        except OSError:
+            driver = None
+        found.append({"address": address, "name": _PT_NAMES.get(device) or _PT_CLASSES.get(klass[:4], "PCI Device"),
+                      "available": driver != "vfio-pci"})
     return found
 
 
@@ -172,12 +195,10 @@ def gpu_resources(sysfs_root, quarantined, unavailable_reason):
         devices = passthrough_devices(sysfs_root)
         if not devices:
             return None
-        names = {}
-        for dev in devices:
-            names[dev["name"]] = names.get(dev["name"], 0) + 1
-        return {"mode": "passthrough", "total_slots": len(devices), "used_slots": 0,
-                "allocatable_slots": len(devices), "quarantined_slots": 0,
-                "devices": [{"name": n, "available": c} for n, c in sorted(names.items())]}
+        used = sum(1 for dev in devices if not dev["available"])
+        return {"mode": "passthrough", "total_slots": len(devices), "used_slots": used,
+                "allocatable_slots": len(devices) - used, "quarantined_slots": 0,
+                "devices": [{"name": dev["name"], "available": dev["available"]} for dev in devices]}
     if framework == "mdev":
         quarantined, unavailable_reason = set(), None  # mdev ignores the store (§1.8)
     quarantined = set(quarantined)

@@ -54,6 +54,7 @@ import argparse
 import json
 import os
 import sys
+import time
 
 DEFAULT_BOOT_ID = "3f0c1c1e-5d6b-4b7a-9d51-7b2a9f1c0e11"
 OTHER_BOOT_ID = "9b8a7c6d-0000-4e5f-8a9b-0c1d2e3f4a5b"
@@ -187,6 +188,9 @@ class HostTree(object):
         self.state_dir = os.path.join(self.root, "var", "lib", "hypeman-vgpu")
         self.config_path = os.path.join(self.root, "etc", "hypeman", "config.yaml")
         self.store_path = os.path.join(self.data_dir, "gpu", "vf-health.json")
+        # Stand-ins for hypeman's journal (its JSON log lines) and the kernel log (rsyslog's kern.log).
+        self.hypeman_log_path = os.path.join(self.root, "var", "log", "hypeman.log")
+        self.kernel_log_path = os.path.join(self.root, "var", "log", "kern.log")
         self.boot_id = boot_id
         self.cards = {}          # pf address -> Card
         self.devices = {}        # address -> description, PCI devices that are not cards (add_device)
@@ -657,10 +661,56 @@ class HostTree(object):
             raise ValueError("unknown fault %r" % (how,))
         return path
 
+    # ------------------------------------------------------------ host logs
+    def write_host_logs(self, boot_unix_s=None):
+        """Create the two log stand-ins (empty) and, with ``boot_unix_s``, ``proc/stat``'s ``btime``."""
+        for path in (self.hypeman_log_path, self.kernel_log_path):
+            if not os.path.exists(path):
+                self._write(path, "")
+        if boot_unix_s is not None:
+            self._write(os.path.join(self.proc_root, "stat"),
+                        "cpu  10 0 10 1000 0 0 0 0 0 0\nctxt 1000\nbtime %d\nprocesses 100\n" % boot_unix_s)
+
+    @staticmethod
+    def _append(path, text):
+        _mkdir(os.path.dirname(path))
+        with open(path, "a") as handle:
+            handle.write(text)
+
+    def log_vf_may_wedge(self, instance_id, unix_ns, device_path=None):
+        """hypeman's warning after hard-killing a hypervisor that ignored SIGTERM, as its slog JSON handler writes it.
+
+        ``lib/instances`` (terminateThenKill): level WARN, attributes ``instance_id`` and
+        ``device_path`` (the instance's ``GPUDevicePath``), then the subsystem the logger adds.
+        """
+        if device_path is None:
+            vf = self.instances.get(instance_id, {}).get("vf")
+            device_path = "/sys/bus/pci/devices/%s" % vf if vf else ""
+        line = json.dumps({
+            "time": _rfc3339nano(unix_ns), "level": "WARN",
+            "msg": "hypervisor with VFIO devices did not exit on SIGTERM; hard-killing, device may wedge if the "
+                   "guest driver was initializing",
+            "instance_id": instance_id, "device_path": device_path, "subsystem": "INSTANCES"}, separators=(",", ":"))
+        self._append(self.hypeman_log_path, line + "\n")
+        return line
+
+    def log_oom_kill(self, pid, unix_ns, comm="qemu-system-x86", host="gpu-host"):
+        """The kernel's two lines for an OOM kill (Linux 5.x and later), as rsyslog writes them to kern.log."""
+        stamp = _rfc3339micro(unix_ns)
+        lines = [
+            "%s %s kernel: oom-kill:constraint=CONSTRAINT_NONE,nodemask=(null),cpuset=/,mems_allowed=0,global_oom,"
+            "task_memcg=/system.slice/hypeman.service,task=%s,pid=%d,uid=0" % (stamp, host, comm, pid),
+            "%s %s kernel: Out of memory: Killed process %d (%s) total-vm:67108864kB, anon-rss:33554432kB, "
+            "file-rss:4096kB, shmem-rss:0kB, UID:0 pgtables:66000kB oom_score_adj:0" % (stamp, host, pid, comm),
+        ]
+        self._append(self.kernel_log_path, "\n".join(lines) + "\n")
+        return lines
+
     def describe(self):
         """JSON-ready description of the tree: paths, cards, instances, processes."""
         return {
-            "root": self.root, "sysfs_root": self.sysfs_root, "proc_root": self.proc_root,
+            "root": self.root, "hypeman_log_path": self.hypeman_log_path, "kernel_log_path": self.kernel_log_path,
+            "sysfs_root": self.sysfs_root, "proc_root": self.proc_root,
             "dev_root": self.dev_root, "data_dir": self.data_dir, "state_dir": self.state_dir,
             "config_path": self.config_path, "store_path": self.store_path, "boot_id": self.boot_id,
             "cards": [self.cards[a].describe() for a in sorted(self.cards)],
@@ -692,6 +742,20 @@ def _metadata(instance_id, name, hypervisor, idir, sock, pid, start_time, boot_i
         meta["GPUAssignedAt"] = claimed_at
         meta["GPURetainedForCleanup"] = bool(retained)
     return meta
+
+
+def _rfc3339nano(unix_ns):
+    """Go's RFC3339Nano in UTC (trailing zeros of the fraction dropped)."""
+    sec, nsec = divmod(unix_ns, 10 ** 9)
+    text = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(sec))
+    frac = ("%09d" % nsec).rstrip("0")
+    return text + ("." + frac if frac else "") + "Z"
+
+
+def _rfc3339micro(unix_ns):
+    """rsyslog's RFC 3339 timestamp with microseconds and a numeric offset (UTC here)."""
+    sec, nsec = divmod(unix_ns, 10 ** 9)
+    return "%s.%06d+00:00" % (time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(sec)), nsec // 1000)
 
 
 def _mkdir(path):
@@ -730,6 +794,10 @@ def build_from_layout(root, layout):
     - ``processes``: ``[{pid, comm, cmdline, unit, fds, state, start_time, sockets}]``;
     - ``config``: ``{threshold}`` or ``{raw}``;
     - ``store``: ``{records}`` / ``{raw}`` (text, or a JSON value written as is);
+    - ``logs``: ``{boot_ago_s, hypeman: [{instance, ago_s, device_path}], oom: [{pid | instance,
+      ago_s, comm}]}``: the log stand-ins (``var/log/hypeman.log``, ``var/log/kern.log``) with
+      hypeman's "device may wedge" warnings and kernel OOM kills, ``ago_s`` seconds before now;
+      ``boot_ago_s`` writes ``proc/stat``'s ``btime``;
     - ``faults``: ``[{path, how}]`` applied last (paths relative to the root).
     """
     tree = HostTree(root, boot_id=layout.get("boot_id", DEFAULT_BOOT_ID))
@@ -758,6 +826,17 @@ def build_from_layout(root, layout):
         tree.write_config(**layout["config"])
     if "store" in layout:
         tree.write_store(**layout["store"])
+    if "logs" in layout:
+        logs = layout["logs"]
+        now = time.time_ns()
+        boot_ago = logs.get("boot_ago_s")
+        tree.write_host_logs(None if boot_ago is None else now // 10 ** 9 - int(boot_ago))
+        for spec in logs.get("hypeman", []):
+            tree.log_vf_may_wedge(spec["instance"], now - int(spec.get("ago_s", 600)) * 10 ** 9,
+                                  spec.get("device_path"))
+        for spec in logs.get("oom", []):
+            pid = spec["pid"] if "pid" in spec else tree.instances[spec["instance"]]["pid"]
+            tree.log_oom_kill(pid, now - int(spec.get("ago_s", 300)) * 10 ** 9, spec.get("comm", "qemu-system-x86"))
     for fault in layout.get("faults", []):
         tree.break_path(fault["path"], fault.get("how", "eisdir"))
     return tree

@@ -102,7 +102,7 @@ def test_sriov_disabled_card_is_passthrough_and_no_gpu_is_null(tmp_path):
     tree = HostTree(tmp_path / "a")
     tree.add_card("L40S", "0000:82:00.0", numvfs=0)
     assert _resources(tree) == {"mode": "passthrough", "total_slots": 1, "used_slots": 0, "allocatable_slots": 1,
-                                "quarantined_slots": 0, "devices": [{"name": "NVIDIA 26b9", "available": 1}]}
+                                "quarantined_slots": 0, "devices": [{"name": "L40S", "available": True}]}
     assert _resources(HostTree(tmp_path / "b")) is None
 
 

@@ -38,6 +38,8 @@ def comparable(report):
     report["summary"].pop("reports", None)
     for entry in report["hosts"]:
         entry.pop("audited_at", None)
+        # The look-back window starts a fixed time before each run.
+        (entry.get("wedge_signals") or {}).pop("since", None)
     return report
 
 
@@ -68,6 +70,9 @@ def check_report(args):
         "cards_draining": len([c for c in expected.values() if "card_draining" in c]),
         "cards_without_vfs": len([c for c in expected.values() if "card_without_vfs" in c]),
         "hosts_not_vgpu": len([c for c in expected.values() if "host_not_vgpu" in c]),
+        # The wedge host: one VF hard-killed by hypeman, one whose QEMU the OOM killer killed.
+        "at_risk_vfs": 2 * len([c for c in expected.values() if "vf_at_risk" in c]),
+        "hosts_wedge_signals_unread": 0,
     }
     for key, value in sorted(counts.items()):
         if summary[key] != value:
@@ -216,6 +221,12 @@ def check_prometheus(args):
         if values.get("hypeman_vgpu_host_not_vgpu") != ("1" if "host_not_vgpu" in codes else "0"):
             fail("%s: hypeman_vgpu_host_not_vgpu %s with issues %s" % (host, values.get("hypeman_vgpu_host_not_vgpu"),
                                                                        codes))
+        at_risk = ("1" if "vf_at_risk" in codes else "0")
+        for reason in ("vf_may_wedge", "oom_killed_qemu"):
+            if "host_not_vgpu" not in codes and "audit_incomplete" not in codes and \
+                    values.get('hypeman_vgpu_at_risk_vfs{reason="%s"}' % reason) != at_risk:
+                fail("%s: hypeman_vgpu_at_risk_vfs{reason=%s} is %s with issues %s" % (
+                    host, reason, values.get('hypeman_vgpu_at_risk_vfs{reason="%s"}' % reason), codes))
         if "audit_incomplete" not in codes and 'hypeman_vgpu_slots{kind="total"}' not in values:
             fail("%s: no slots metric in %s" % (host, path))
     print("prometheus textfiles ok")

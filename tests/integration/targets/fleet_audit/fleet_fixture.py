@@ -22,6 +22,7 @@ import argparse
 import json
 import os
 import sys
+import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 
@@ -139,6 +140,15 @@ def _wrongpaths(tree, a, b):
     return ["host_not_vgpu"]
 
 
+def _wedge(tree, a, b):
+    # hypeman hard-killed one VM's QEMU after an ignored SIGTERM; the OOM killer killed another's.
+    now = time.time_ns()
+    tree.add_instance("inst-oom", vf=b.vfs[1], profile="NVIDIA A100-4C", liveness="crashed")
+    tree.log_vf_may_wedge("inst-a", now - 600 * 10 ** 9)
+    tree.log_oom_kill(tree.instances["inst-oom"]["pid"], now - 300 * 10 ** 9)
+    return ["vf_at_risk"]
+
+
 def _hypeman(tree, a, b):
     # A running hypeman (no unit in the inventory: a store edit must refuse rather than race it).
     tree.add_process(comm="hypeman-api", cmdline=["/opt/hypeman/bin/hypeman-api"])
@@ -149,6 +159,7 @@ PROBLEMS = {
     "ok": _ok, "legacy": _legacy, "invalid": _invalid, "drained": _drained, "draining": _draining,
     "overflow": _overflow, "sentinel": _sentinel, "pending": _pending, "stale": _stale, "below": _below,
     "metadata": _metadata, "config": _config, "novfs": _novfs, "hypeman": _hypeman, "wrongpaths": _wrongpaths,
+    "wedge": _wedge,
 }
 # The benchmark's mix: mostly healthy hosts, some quarantines, some findings.
 MIX = ("ok", "ok", "overflow", "ok", "sentinel", "ok", "below", "drained", "ok", "pending")
@@ -160,6 +171,8 @@ def build_host(root, problem):
     card_a = tree.add_card("A100", CARD_A)
     card_b = tree.add_card("A100", CARD_B)
     tree.write_config(threshold=2)
+    # The journal stand-ins, read instead of the journal (an hour-old boot).
+    tree.write_host_logs(boot_unix_s=int(time.time()) - 3600)
     tree.add_instance("inst-a", vf=card_a.vfs[0], profile="NVIDIA A100-4C", claimed_at=DEFAULT_CLAIMED_AT)
     tree.add_instance("inst-b", vf=card_a.vfs[1], profile="NVIDIA A100-4C", build="assigned")
     return tree, PROBLEMS[problem](tree, card_a, card_b)
@@ -169,7 +182,8 @@ def host_vars(tree, python):
     host = {"ansible_connection": "local", "ansible_python_interpreter": python,
             "hypeman_vgpu_data_dir": tree.data_dir, "hypeman_vgpu_sysfs_root": tree.sysfs_root,
             "hypeman_vgpu_proc_root": tree.proc_root, "hypeman_vgpu_dev_root": tree.dev_root,
-            "hypeman_vgpu_state_dir": tree.state_dir, "hypeman_vgpu_config_path": tree.config_path}
+            "hypeman_vgpu_state_dir": tree.state_dir, "hypeman_vgpu_config_path": tree.config_path,
+            "hypeman_vgpu_hypeman_log_path": tree.hypeman_log_path, "hypeman_vgpu_kernel_log_path": tree.kernel_log_path}
     host.update(getattr(tree, "inventory_paths", {}))
     return host
 

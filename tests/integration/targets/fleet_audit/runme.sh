@@ -12,7 +12,7 @@ here=$(cd "$(dirname "$0")" && pwd)
 py=$(command -v python)
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
-hosts=ok,legacy,invalid,drained,draining,overflow,sentinel,pending,stale,below,metadata,config,wrongpaths
+hosts=ok,legacy,invalid,drained,draining,overflow,sentinel,pending,stale,below,metadata,config,wrongpaths,wedge
 fixture() { "$py" "$here/fleet_fixture.py" "$@"; }
 check() { "$py" "$here/fleet_checks.py" "$@"; }
 playbook() { ansible-playbook -i "$work/inventory.json" "$@"; }

@@ -30,8 +30,9 @@ FOUNDATION = {"_errors", "_fileio", "_gotime"}
 # Every other module_utils -> module_utils edge the design allows (importer -> imported).
 # A new edge is a design change: add it here and to the table in docs/architecture.md.
 LAYERED = {
-    "_api": {"_sysfs"},
-    "_audit": {"_api", "_hypeman", "_ledger", "_placement", "_proc", "_sentinel", "_store", "_store_write", "_sysfs"},
+    "_api": {"_passthrough", "_sysfs"},
+    "_audit": {"_api", "_hypeman", "_ledger", "_placement", "_proc", "_sentinel", "_store", "_store_write", "_sysfs",
+               "_wedge"},
     "_cmd": set(),
     "_gojson": {"_govalues"},
     "_govalues": set(),
@@ -39,12 +40,14 @@ LAYERED = {
     "_ledger": {"_safedir"},
     "_module": set(),
     "_safedir": set(),
-    "_placement": {"_hypeman", "_proc", "_store", "_sysfs"},
+    "_passthrough": set(),
+    "_placement": {"_hypeman", "_passthrough", "_proc", "_store", "_sysfs", "_wedge"},
     "_proc": {"_sysfs"},
     "_sentinel": {"_hypeman", "_safedir"},
     "_store": {"_gojson", "_govalues"},
     "_store_write": {"_safedir", "_store"},
     "_sysfs": {"_store"},
+    "_wedge": {"_cmd", "_ledger", "_store"},
 }
 
 ALLOWED = dict((name, set(FOUNDATION)) for name in LAYERED)

@@ -357,3 +357,38 @@ def test_compare_with_an_older_api_and_a_null_gpu(tree):
     disabled = dict(_api_gpu(result), placement_disabled_reason="VF health state unavailable: x")
     assert {"field": "placement_disabled_reason", "local": None, "api": "VF health state unavailable: x"} in \
         _api.compare_with_api(result, disabled)[0]
+
+
+# -- passthrough mode (docs/hypeman-interface.md §2.4, lib/resources/gpu.go) -----------------------
+
+
+def test_passthrough_matches_the_simulators_independent_model(tree):
+    from ansible_collections.hypeman.vgpu.tests.sim import api as simapi
+
+    tree.add_device("0000:17:00.0", device="0x26b9", driver="vfio-pci")
+    tree.add_device("0000:18:00.0", device="0x20b5")
+    tree.add_device("0000:18:00.1", device="0x1aef", pci_class="0x040300")  # the GPU's HDMI audio: listed too
+    tree.add_device("0000:19:00.0", vendor="0x8086", device="0x56c0")  # a VGA candidate of another vendor
+    tree.add_device("0000:1a:00.0", device="0x2331", driver="nouveau")
+    result = view(tree)
+    local = result["passthrough"]
+    assert [(d["name"], d["available"]) for d in local["devices"]] == [
+        ("L40S", False), ("A100 PCIe 40GB", True), ("Audio Device", True), ("H100 PCIe", True)]
+    assert (local["total_slots"], local["used_slots"], local["allocatable_slots"]) == (4, 1, 3)
+    api_gpu = simapi.gpu_resources(tree.sysfs_root, set(), None)
+    assert _api.compare_with_api(result, api_gpu) == ([], [])
+    older = dict(api_gpu)
+    del older["allocatable_slots"], older["quarantined_slots"]
+    assert _api.compare_with_api(result, older) == ([], ["allocatable_slots", "quarantined_slots"])
+    api_gpu["devices"][0]["available"] = True
+    assert [m["field"] for m in _api.compare_with_api(result, api_gpu)[0]] == ["devices"]
+    assert _api.compare_with_api(result, None)[0] == [{"field": "gpu", "local": "passthrough", "api": None}]
+
+
+def test_no_nvidia_device_is_no_passthrough(tree):
+    tree.add_device("0000:19:00.0", vendor="0x8086", device="0x56c0")
+    result = view(tree)
+    assert result["passthrough"] is None
+    assert _api.compare_with_api(result, None) == ([], [])
+    assert _api.compare_with_api(result, {"mode": "passthrough"})[0] == [
+        {"field": "mode", "local": None, "api": "passthrough"}]

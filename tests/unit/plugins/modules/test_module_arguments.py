@@ -160,7 +160,8 @@ def test_a_recursion_error_is_named(capsys, tmp_path, monkeypatch):
 
 
 def test_a_result_that_cannot_be_encoded_fails_cleanly(capsys, tmp_path, monkeypatch):
-    monkeypatch.setattr(_placement, "host_view", lambda *args: ({"unreadable_metadata": [], "deep": _deep(2000)}, []))
+    monkeypatch.setattr(_placement, "host_view",
+                        lambda *args, **kwargs: ({"unreadable_metadata": [], "deep": _deep(2000)}, []))
     result = run_module(vgpu_placement_info.main, {"data_dir": str(tmp_path)}, capsys)
     assert result["failed"] is True
     assert result["msg"].startswith("internal error: the result cannot be returned")
