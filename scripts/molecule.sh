@@ -10,6 +10,8 @@
 # independent: each has its own containers (distinct names, no network) and
 # its own ephemeral directory. With more than one job each scenario's output
 # goes to build/molecule-logs/<scenario>.log and is printed when it ends.
+# MOLECULE_JOBS_FILE, if set, names a file holding a new N, read before each
+# scenario starts (scripts/test.sh raises it once its other lanes end).
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 1
 
@@ -83,14 +85,21 @@ if [ "$jobs" -le 1 ]; then
   for scenario in "${scenarios[@]}"; do run_scenario "$scenario"; done
 else
   declare -A running=()  # pid -> scenario
+  jobs_seen=$jobs
   next=0
   while [ "$next" -lt "${#scenarios[@]}" ] || [ "${#running[@]}" -gt 0 ]; do
+    if [ -n "${MOLECULE_JOBS_FILE:-}" ] && [ -s "$MOLECULE_JOBS_FILE" ]; then
+      more=$(cat "$MOLECULE_JOBS_FILE")
+      [[ "$more" =~ ^[1-9][0-9]*$ ]] && [ "$more" != "$jobs" ] && { jobs=$more; jobs_seen+=" -> $jobs"; }
+    fi
     while [ "${#running[@]}" -lt "$jobs" ] && [ "$next" -lt "${#scenarios[@]}" ]; do
       scenario=${scenarios[$next]}; next=$((next + 1))
       run_scenario "$scenario" > "$logdir/$scenario.log" 2>&1 &
       running[$!]=$scenario
     done
-    wait -n 2>/dev/null
+    # With a jobs file, look again every few seconds (a raised N starts a
+    # scenario at once); without, sleep until a scenario ends.
+    if [ -n "${MOLECULE_JOBS_FILE:-}" ]; then sleep 3; else wait -n 2>/dev/null; fi
     for pid in "${!running[@]}"; do
       kill -0 "$pid" 2>/dev/null && continue
       scenario=${running[$pid]}; unset "running[$pid]"
@@ -111,7 +120,7 @@ done
   printf '\n===== molecule results (per step: wall s / controller CPU c) =====\n'
   echo "image: ${image_time}s ($VGPU_SIM_IMAGE)"
   printf '%s\n' "${rows[@]}"
-  echo "molecule total: $(( $(date +%s) - total_start ))s (${jobs} at a time)"
+  echo "molecule total: $(( $(date +%s) - total_start ))s (${jobs_seen:-$jobs} at a time)"
   echo "molecule: $passed passed, $failed failed"
 } | tee "$logdir/summary.txt"
 [ "$failed" = 0 ]

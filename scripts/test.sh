@@ -9,8 +9,9 @@
 # idle): the ansible-test phases on Python 3.11 (output streamed), the same on
 # Python 3.12, and the molecule scenarios; the last two print their output
 # when they end. Each lane's ansible-test has its own tests/output and
-# integration inventory (see ansible_test). TEST_LANES=1 runs them one after
-# another instead.
+# integration inventory (see ansible_test). Molecule runs MOLECULE_JOBS (2)
+# scenarios at a time, MOLECULE_JOBS_LATE (3) once the other lanes have ended.
+# TEST_LANES=1 runs the lanes one after another instead.
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 2
 repo=$(pwd)
@@ -151,11 +152,14 @@ case "${1:-all}" in
     else
       # The longest lane (molecule) first; the Python 3.11 lane streams its
       # output; the short checks follow it.
+      export MOLECULE_JOBS_FILE="$results_dir/molecule.jobs"
       lane_start molecule lane_molecule
       lane_start py312 lane_py312
       lane_main=1
       lane_run py311 lane_py311 lane_checks
       lane_wait py312
+      # The ansible-test lanes are done: molecule may start more scenarios at once.
+      echo "${MOLECULE_JOBS_LATE:-3}" > "$MOLECULE_JOBS_FILE"
       lane_wait molecule
     fi
     ;;
