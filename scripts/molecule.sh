@@ -73,9 +73,9 @@ run_scenario() { # scenario: the timed phases; writes $logdir/<scenario>.row, re
     # (what runs inside the containers is podman's, not counted here).
     ( molecule "$phase" -s "$scenario"; rc=$?; times > "$logdir/$scenario.times"; exit "$rc" ); rc=$?
     cpu=$(sed -n 2p "$logdir/$scenario.times" | awk '{ t = 0; for (i = 1; i <= 2; i++) { split($i, p, /[ms]/); t += p[1] * 60 + p[2] } printf "%d", t + 0.5 }')
-    [ "$phase" = verify ] && container_cpu_s=$(container_cpu "$scenario")
     if [ "$rc" = 0 ]; then
       times+=("$phase $(( $(date +%s) - start ))s/${cpu}c")
+      [ "$phase" = verify ] && container_cpu_s=$(container_cpu "$scenario")
     else
       times+=("$phase FAILED after $(( $(date +%s) - start ))s/${cpu}c")
       status=FAIL
