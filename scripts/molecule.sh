@@ -50,7 +50,9 @@ destroy_scenario() { # scenario: molecule destroy, then remove any container it 
 container_cpu() { # scenario -> CPU seconds its containers used so far (cgroup v1 or v2), or "?"
   local name path total=0 usage
   for name in $(containers_of "$1"); do
-    path=$(podman inspect --format '{{.State.CgroupPath}}' "$name" 2>/dev/null) || { echo "?"; return; }
+    path=$(podman inspect --format '{{.State.CgroupPath}}' "$name" 2>/dev/null)
+    # A stopped container has no cgroup: never read the root's (the whole machine).
+    case "$path" in /?*) ;; *) echo "?"; return ;; esac
     if [ -r "/sys/fs/cgroup/cpuacct$path/cpuacct.usage" ]; then
       usage=$(( $(cat "/sys/fs/cgroup/cpuacct$path/cpuacct.usage") / 1000000 ))  # ns -> ms
     elif [ -r "/sys/fs/cgroup$path/cpu.stat" ]; then
