@@ -21,7 +21,9 @@ bootstrap:
 demo: bootstrap
 	@bash scripts/demo.sh
 
-test: bootstrap
+# The image for molecule builds during bootstrap, beside the venvs.
+test:
+	@VGPU_PREBUILD_IMAGE=1 bash scripts/bootstrap.sh
 	@bash scripts/test.sh all
 
 sanity units integration lint changelog-lint build-smoke py312: bootstrap

@@ -12,11 +12,15 @@ log() { printf '[bootstrap] %s\n' "$*"; }
 # --- apt -------------------------------------------------------------------
 # shellcheck source=scripts/bootstrap_lib.sh
 . scripts/bootstrap_lib.sh
-apt_ensure git shellcheck make
+# One apt run for both bootstraps (each apt-get update costs seconds).
+apt_ensure git shellcheck make "${molecule_apt_packages[@]}"
 
 # --- venvs -------------------------------------------------------------------
+# The venvs, the molecule bootstrap and (for `make test`, VGPU_PREBUILD_IMAGE=1)
+# the simulated-host image are independent: they run at the same time.
+parallel_pids=()
 python311=$(command -v python3.11 || command -v python3)
-make_venv .venv "$python311" requirements-dev.txt
+parallel_steps_start venv-py311 make_venv .venv "$python311" requirements-dev.txt
 
 python312=""
 for cand in "$(command -v python3.12 || true)" "$(pyenv root 2>/dev/null || echo /root/.pyenv)"/versions/3.12*/bin/python3.12; do
@@ -26,7 +30,7 @@ for cand in "$(command -v python3.12 || true)" "$(pyenv root 2>/dev/null || echo
   fi
 done
 if [ -n "$python312" ]; then
-  make_venv .venv-py312 "$python312" requirements-dev-py312.txt
+  parallel_steps_start venv-py312 make_venv .venv-py312 "$python312" requirements-dev-py312.txt
 else
   log "python3.12: not found; the ansible-core 2.21 matrix entry will be skipped"
   rm -rf .venv-py312
@@ -44,5 +48,10 @@ done
 mkdir -p .collections/ansible_collections/hypeman
 ln -sfn ../../.. .collections/ansible_collections/hypeman/vgpu
 # --- molecule, podman, the simulated-host tooling and extra collections ----------------
-bash scripts/bootstrap_molecule.sh
+parallel_steps_start molecule bash scripts/bootstrap_molecule.sh
+if [ "${VGPU_PREBUILD_IMAGE:-0}" = 1 ]; then
+  # stdout is the image reference; the build is cached for scripts/molecule.sh.
+  parallel_steps_start sim-image bash scripts/sim_image.sh
+fi
+parallel_steps_wait || { log "a step failed (its output is above)"; exit 1; }
 log "ready: $repo/.collections/ansible_collections/hypeman/vgpu"

@@ -2,6 +2,10 @@
 # Shared by scripts/bootstrap.sh and scripts/bootstrap_molecule.sh (sourced;
 # the caller defines log()). Each step checks before it acts.
 
+# What molecule, podman and the simulated-host image need from apt.
+# shellcheck disable=SC2034  # used by the scripts that source this file
+molecule_apt_packages=(debootstrap podman runc containernetworking-plugins uidmap systemd-container iproute2 psmisc)
+
 apt_ensure() { # package...: install the ones that are missing
   local pkg missing=()
   for pkg in "$@"; do
@@ -27,4 +31,29 @@ make_venv() { # dir python requirements: (re)create the venv unless its stamp ma
   # requirements files may include others (-r): stamp them all.
   mapfile -t included < <(sed -n 's/^-r[[:space:]]*//p' "$req")
   sha256sum "$req" "${included[@]}" > "$stamp"
+}
+
+# Independent steps at the same time: pip downloads and unpacks, debootstrap
+# waits on the mirror; one after another they left both CPUs idle most of the
+# time. Each step's output goes to its own log, printed when it ends.
+parallel_steps_start() { # name command...: start a step in the background
+  local name=$1; shift
+  [ -n "${parallel_dir:-}" ] || parallel_dir=$(mktemp -d)
+  # errexit stays on inside the step (make_venv relies on it); the trap records how it ended.
+  # shellcheck disable=SC2016  # expanded when the step ends
+  ( trap 'echo "$? $SECONDS" > "$parallel_dir/'"$name"'.rc"' EXIT; SECONDS=0; "$@" ) \
+    > "$parallel_dir/$name.log" 2>&1 &
+  parallel_pids+=("$!:$name")
+}
+parallel_steps_wait() { # wait for every started step; fails if any failed
+  local entry name failed=0
+  for entry in "${parallel_pids[@]}"; do
+    name=${entry#*:}
+    wait "${entry%%:*}" || failed=1
+    cat "$parallel_dir/$name.log"
+    log "$name: exit $(cut -d' ' -f1 "$parallel_dir/$name.rc" 2>/dev/null || echo '?') after $(cut -d' ' -f2 "$parallel_dir/$name.rc" 2>/dev/null || echo '?')s"
+  done
+  rm -rf "$parallel_dir"
+  parallel_pids=() parallel_dir=""
+  return "$failed"
 }

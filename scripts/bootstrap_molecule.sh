@@ -19,7 +19,7 @@ collections=(containers/podman ansible/posix awx/awx)
 
 # shellcheck source=scripts/bootstrap_lib.sh
 . scripts/bootstrap_lib.sh
-apt_ensure debootstrap podman runc containernetworking-plugins uidmap systemd-container iproute2 psmisc
+apt_ensure "${molecule_apt_packages[@]}"
 
 venv=.venv-molecule
 make_venv "$venv" "$(command -v python3.11 || command -v python3)" requirements-molecule.txt

@@ -10,6 +10,8 @@
 # independent: each has its own containers (distinct names, no network) and
 # its own ephemeral directory. With more than one job each scenario's output
 # goes to build/molecule-logs/<scenario>.log and is printed when it ends.
+# MOLECULE_JOBS_FILE, if set, names a file holding a new N, read before each
+# scenario starts (scripts/test.sh raises it once its other lanes end).
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 1
 
@@ -45,16 +47,39 @@ destroy_scenario() { # scenario: molecule destroy, then remove any container it 
   done
 }
 
+container_cpu() { # scenario -> CPU seconds its containers used so far (cgroup v1 or v2), or "?"
+  local name path total=0 usage
+  for name in $(containers_of "$1"); do
+    path=$(podman inspect --format '{{.State.CgroupPath}}' "$name" 2>/dev/null)
+    # A stopped container has no cgroup: never read the root's (the whole machine).
+    case "$path" in /?*) ;; *) echo "?"; return ;; esac
+    if [ -r "/sys/fs/cgroup/cpuacct$path/cpuacct.usage" ]; then
+      usage=$(( $(cat "/sys/fs/cgroup/cpuacct$path/cpuacct.usage") / 1000000 ))  # ns -> ms
+    elif [ -r "/sys/fs/cgroup$path/cpu.stat" ]; then
+      usage=$(( $(awk '$1 == "usage_usec" {print $2}' "/sys/fs/cgroup$path/cpu.stat") / 1000 ))
+    else echo "?"; return; fi
+    total=$((total + usage))
+  done
+  echo $(( (total + 500) / 1000 ))
+}
+
 run_scenario() { # scenario: the timed phases; writes $logdir/<scenario>.row, returns 0 on PASS
-  local scenario=$1 status=PASS phase start times=()
+  local scenario=$1 status=PASS phase start rc cpu times=() container_cpu_s="?"
   molecule destroy -s "$scenario" >/dev/null 2>&1  # leftovers of an interrupted run
   for phase in syntax create prepare converge idempotence verify destroy; do
+    # What ran inside the containers (boot, services, modules) before they go.
+    [ "$phase" = destroy ] && times+=("containers ${container_cpu_s}c")
     start=$(date +%s)
     printf '\n===== molecule %s: %s =====\n' "$scenario" "$phase"
-    if molecule "$phase" -s "$scenario"; then
-      times+=("$phase $(( $(date +%s) - start ))s")
+    # CPU: user+sys of molecule, ansible and podman's client on the controller
+    # (what runs inside the containers is podman's, not counted here).
+    ( molecule "$phase" -s "$scenario"; rc=$?; times > "$logdir/$scenario.times"; exit "$rc" ); rc=$?
+    cpu=$(sed -n 2p "$logdir/$scenario.times" | awk '{ t = 0; for (i = 1; i <= 2; i++) { split($i, p, /[ms]/); t += p[1] * 60 + p[2] } printf "%d", t + 0.5 }')
+    if [ "$rc" = 0 ]; then
+      times+=("$phase $(( $(date +%s) - start ))s/${cpu}c")
+      [ "$phase" = verify ] && container_cpu_s=$(container_cpu "$scenario")
     else
-      times+=("$phase FAILED after $(( $(date +%s) - start ))s")
+      times+=("$phase FAILED after $(( $(date +%s) - start ))s/${cpu}c")
       status=FAIL
       break
     fi
@@ -79,14 +104,21 @@ if [ "$jobs" -le 1 ]; then
   for scenario in "${scenarios[@]}"; do run_scenario "$scenario"; done
 else
   declare -A running=()  # pid -> scenario
+  jobs_seen=$jobs
   next=0
   while [ "$next" -lt "${#scenarios[@]}" ] || [ "${#running[@]}" -gt 0 ]; do
+    if [ -n "${MOLECULE_JOBS_FILE:-}" ] && [ -s "$MOLECULE_JOBS_FILE" ]; then
+      more=$(cat "$MOLECULE_JOBS_FILE")
+      [[ "$more" =~ ^[1-9][0-9]*$ ]] && [ "$more" != "$jobs" ] && { jobs=$more; jobs_seen+=" -> $jobs"; }
+    fi
     while [ "${#running[@]}" -lt "$jobs" ] && [ "$next" -lt "${#scenarios[@]}" ]; do
       scenario=${scenarios[$next]}; next=$((next + 1))
       run_scenario "$scenario" > "$logdir/$scenario.log" 2>&1 &
       running[$!]=$scenario
     done
-    wait -n 2>/dev/null
+    # With a jobs file, look again every few seconds (a raised N starts a
+    # scenario at once); without, sleep until a scenario ends.
+    if [ -n "${MOLECULE_JOBS_FILE:-}" ]; then sleep 3; else wait -n 2>/dev/null; fi
     for pid in "${!running[@]}"; do
       kill -0 "$pid" 2>/dev/null && continue
       scenario=${running[$pid]}; unset "running[$pid]"
@@ -102,9 +134,12 @@ for scenario in "${scenarios[@]}"; do
   case "${rows[-1]}" in PASS*) passed=$((passed + 1)) ;; *) failed=$((failed + 1)) ;; esac
 done
 
-printf '\n===== molecule results =====\n'
-echo "image: ${image_time}s ($VGPU_SIM_IMAGE)"
-printf '%s\n' "${rows[@]}"
-echo "molecule total: $(( $(date +%s) - total_start ))s (${jobs} at a time)"
-echo "molecule: $passed passed, $failed failed"
+# Also kept in $logdir/summary.txt for scripts/test.sh's summary.
+{
+  printf '\n===== molecule results (per step: wall s / controller CPU c; containers: CPU inside them) =====\n'
+  echo "image: ${image_time}s ($VGPU_SIM_IMAGE)"
+  printf '%s\n' "${rows[@]}"
+  echo "molecule total: $(( $(date +%s) - total_start ))s (${jobs_seen:-$jobs} at a time)"
+  echo "molecule: $passed passed, $failed failed"
+} | tee "$logdir/summary.txt"
 [ "$failed" = 0 ]
