@@ -227,8 +227,8 @@ def check_vsock(args):
     entry = report["hosts"][0]
     sentinel, metrics, codes = entry["sentinel"], entry.get("metrics"), codes_of(entry)
     if sentinel["sentinel_mode"] != "vsock":
-        fail("%s: sentinel mode %s (%s), expected vsock" % (entry["host"], sentinel["sentinel_mode"],
-                                                           sentinel["sentinel_mode_reason"]))
+        fail("%s: sentinel mode %s (%s), expected vsock"
+             % (entry["host"], sentinel["sentinel_mode"], sentinel["sentinel_mode_reason"]))
     if sentinel["findings"] or sentinel["log_evidence"] != "none":
         fail("vsock host: findings %s, log evidence %s" % (sentinel["findings"], sentinel["log_evidence"]))
     if args.stage == "no-metrics":
@@ -244,8 +244,8 @@ def check_vsock(args):
             fail("hypeman's sentinel should have polled ok and failed guests and recorded one failure: %s"
                  % metrics["sample"])
         if metrics["store_quarantined"] != int(metrics["sample"]["quarantined_vfs"]):
-            fail("quarantined VFs: hypeman %s, store %s" % (metrics["sample"]["quarantined_vfs"],
-                                                           metrics["store_quarantined"]))
+            fail("quarantined VFs: hypeman %s, store %s"
+                 % (metrics["sample"]["quarantined_vfs"], metrics["store_quarantined"]))
         if "sentinel_evidence_incomplete" in codes:
             fail("hypeman's metrics cover a vsock host, yet: %s" % codes)
         lost = "sentinel_coverage_lost" in codes

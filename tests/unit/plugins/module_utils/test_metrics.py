@@ -136,7 +136,7 @@ def _trickle(handler):
     handler.send_header("Content-Length", "100000")
     handler.end_headers()
     try:
-        for _ in range(100000):
+        for _count in range(100000):
             handler.wfile.write(b"#")
             handler.wfile.flush()
             time.sleep(0.05)
