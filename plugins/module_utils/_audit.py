@@ -115,13 +115,8 @@ def sentinel_section(data_dir, state_dir, store, threshold, mode_option="auto", 
             "nvrm": finding["nvrm"], "effect": effects.get(key) if store.valid else None,
         })
     findings.sort(key=lambda f: (f["vf_address"] or "", f["instance_id"]))
-    skipped = set(entry["instance_id"] for entry in report.skipped)
-    with_markers = set(f["instance_id"] for f in report.findings)
-    known = set(instance["id"] for instance in instances)
-    watched = sorted(iid for iid in set(e["instance_id"] for e in report.scanned) | with_markers
-                     if iid in known and iid not in skipped)
-    instance_modes = [_sentinel_mode.instance_mode(iid, _hypeman.instance_log_dir(data_dir, iid), iid in with_markers)
-                      for iid in watched]
+    instance_modes = _sentinel_mode.scanned_modes(report, instances,
+                                                  lambda iid: _hypeman.instance_log_dir(data_dir, iid))
     mode, mode_reason = _sentinel_mode.host_mode(mode_option, instance_modes,
                                                  metrics_sample if metrics_read else None)
     coverage, coverage_reason = _sentinel_mode.log_evidence(mode, instance_modes)
@@ -136,7 +131,7 @@ def sentinel_section(data_dir, state_dir, store, threshold, mode_option="auto", 
         "sentinel_mode": mode, "sentinel_mode_reason": mode_reason, "instance_modes": instance_modes,
         "log_evidence": coverage, "log_evidence_reason": coverage_reason,
         # Instances hypeman's sentinel polls or reads (vendor-VFIO claims): the "checks stopped" rule needs them.
-        "watched_instances": len(watched),
+        "watched_instances": len(instance_modes),
     }
 
 

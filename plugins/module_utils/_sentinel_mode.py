@@ -121,6 +121,16 @@ def instance_mode(instance_id, log_dir, has_marker_findings=False, window=WINDOW
     return {"instance_id": instance_id, "sentinel_mode": mode, "sentinel_mode_reason": reason}
 
 
+def scanned_modes(report, instances, log_dir_of):
+    """:func:`instance_mode` of each guest a sentinel scan ``report`` read (skipped ones have no log to judge)."""
+    skipped = set(entry["instance_id"] for entry in report.skipped)
+    with_markers = set(finding["instance_id"] for finding in report.findings)
+    known = set(instance["id"] for instance in instances)
+    scanned = sorted(iid for iid in set(entry["instance_id"] for entry in report.scanned) | with_markers
+                     if iid in known and iid not in skipped)
+    return [instance_mode(iid, log_dir_of(iid), iid in with_markers) for iid in scanned]
+
+
 def host_mode(option="auto", instance_modes=(), metrics=None):
     """``(mode, reason)`` of the host's hypeman sentinel.
 

@@ -350,16 +350,6 @@ def _text(data):
     return "" if data is None else data.decode("utf-8", "replace")
 
 
-def _instance_modes(report, instances, log_dir_of):
-    """The console era of each scanned instance (skipped ones have no log to judge)."""
-    skipped = set(entry["instance_id"] for entry in report.skipped)
-    with_markers = set(finding["instance_id"] for finding in report.findings)
-    scanned = sorted(set(entry["instance_id"] for entry in report.scanned) | with_markers)
-    known = set(instance["id"] for instance in instances)
-    return [_sentinel_mode.instance_mode(instance_id, log_dir_of(instance_id), instance_id in with_markers)
-            for instance_id in scanned if instance_id in known and instance_id not in skipped]
-
-
 def _body(module):
     params = module.params
     check_mode = module.check_mode
@@ -376,7 +366,7 @@ def _body(module):
         return _hypeman.instance_log_dir(data_dir, instance_id)
 
     def recorder(report):
-        mode["instances"] = _instance_modes(report, instances, log_dir_of)
+        mode["instances"] = _sentinel_mode.scanned_modes(report, instances, log_dir_of)
         mode["host"], mode["reason"] = _sentinel_mode.host_mode(params["sentinel_mode"], mode["instances"])
         pending = report.unrecorded()
         if not params["record"] or not pending:
