@@ -72,6 +72,13 @@ echo
 echo "== fleet audit report: $report_dir (fleet-audit.json, .md, .html)"
 "$VENV_PY" -c 'import json, sys; print(json.dumps(json.load(open(sys.argv[1]))["summary"], indent=2, sort_keys=True))' \
   "$report_dir/fleet-audit.json"
+# Which hypeman sentinel watches the host (docs/hypeman-versions.md): console markers or the vsock poll.
+"$VENV_PY" -c 'import json, sys
+for host in json.load(open(sys.argv[1]))["hosts"]:
+    sentinel = host.get("sentinel") or {}
+    print("== sentinel mode of %s: %s (%s); guest-log evidence: %s" % (
+        host["host"], sentinel.get("sentinel_mode", "not audited"), sentinel.get("sentinel_mode_reason", "-"),
+        sentinel.get("log_evidence", "-")))' "$report_dir/fleet-audit.json"
 # Recovery (playbooks/recover_gpu.yml): hypeman's sentinel reports the wedged
 # instance's second init failure, which quarantines VF 0000:e3:00.5; the card is
 # drained while its tenants stop their instances, DCGM quiesced, SR-IOV cycled,

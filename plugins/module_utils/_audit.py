@@ -16,7 +16,7 @@ import errno
 import os
 
 from ansible_collections.hypeman.vgpu.plugins.module_utils import (
-    _hypeman, _ledger, _placement, _proc, _sentinel, _store, _sysfs)
+    _fileio, _hypeman, _ledger, _metrics, _placement, _proc, _sentinel, _sentinel_mode, _store, _sysfs)
 from ansible_collections.hypeman.vgpu.plugins.module_utils._errors import VgpuError
 
 SEVERITIES = ("critical", "warning", "info")
@@ -94,12 +94,15 @@ def placement_section(view):
     }
 
 
-def sentinel_section(data_dir, state_dir, store, threshold):
+def sentinel_section(data_dir, state_dir, store, threshold, mode_option="auto", metrics_sample=None,
+                     metrics_read=False):
     """Standing sentinel verdicts (read-only scan) and what reporting each would do to the store.
 
     ``effect`` is the store outcome a report of the finding would have now
     (``unchanged`` when the store already holds it); None when the store is
-    not valid (nothing can be reported to it until it is repaired).
+    not valid (nothing can be reported to it until it is repaired). The
+    section also says which hypeman sentinel watches the host and how far
+    the logs can show a failure (docs/hypeman-versions.md).
     """
     instances, unreadable = _hypeman.list_instances(data_dir)
     report = _sentinel.scan(instances, unreadable, lambda iid: _hypeman.instance_log_dir(data_dir, iid),
@@ -117,14 +120,56 @@ def sentinel_section(data_dir, state_dir, store, threshold):
             "nvrm": finding["nvrm"], "effect": effects.get(key) if store.valid else None,
         })
     findings.sort(key=lambda f: (f["vf_address"] or "", f["instance_id"]))
+    instance_modes = _sentinel_mode.scanned_modes(report, instances,
+                                                  lambda iid: _hypeman.instance_log_dir(data_dir, iid))
+    mode, mode_reason = _sentinel_mode.host_mode(mode_option, instance_modes,
+                                                 metrics_sample if metrics_read else None)
+    coverage, coverage_reason = _sentinel_mode.log_evidence(mode, instance_modes)
     return {
         "findings": findings,
-        "unreported": [f for f in findings if f["effect"] not in (None, "unchanged")],
+        "unreported": [f for f in findings if f["effect"] not in (None, "unchanged")
+                       and mode != _sentinel_mode.VSOCK],
         "skipped_instances": report.skipped,
         "unattributed": len(report.unattributed),
         "history": len(report.history),
         "warnings": list(report.warnings),
+        "sentinel_mode": mode, "sentinel_mode_reason": mode_reason, "instance_modes": instance_modes,
+        "log_evidence": coverage, "log_evidence_reason": coverage_reason,
+        # Instances hypeman's sentinel polls or reads (vendor-VFIO claims): the "checks stopped" rule needs them.
+        "watched_instances": len(instance_modes),
     }
+
+
+def read_previous_sample(state_dir):
+    """``(sample, error)`` of the previous metrics sample the fleet_reconcile role kept in ``state_dir``."""
+    path = os.path.join(state_dir, _metrics.SAMPLE_FILE)
+    try:
+        data = _fileio.read_bytes(path, limit=_metrics.SAMPLE_LIMIT, follow=False)
+    except FileNotFoundError:
+        return None, None
+    except OSError as err:
+        return None, "cannot read %s: %s" % (path, err.strerror or err)
+    sample, error = _metrics.decode_sample(data)
+    return sample, (None if error is None else "ignored %s: %s" % (path, error))
+
+
+def metrics_section(url, timeout, state_dir):
+    """hypeman's own sentinel numbers from its Prometheus endpoint, and the previous sample to compare."""
+    read = _metrics.read_sentinel_metrics(url, timeout)
+    previous, previous_error = read_previous_sample(state_dir)
+    return {"url": url, "error": read["error"], "sample": read["sample"], "previous": previous,
+            "previous_error": previous_error, "coverage_problems": [], "store_quarantined": None}
+
+
+def finish_metrics_section(section, sentinel, store):
+    """Cross-checks that need the other sections: coverage lost, quarantined VFs against the store."""
+    sample = section["sample"]
+    if sample is None:
+        return
+    targets = sentinel["watched_instances"] if sentinel is not None else None
+    section["coverage_problems"] = _metrics.coverage_problems(section["previous"], sample, targets)
+    if store is not None and store["valid"]:
+        section["store_quarantined"] = len(store["quarantined"])
 
 
 def hypeman_section(proc_root):
@@ -304,6 +349,39 @@ def classify(result, hypeman_expected=True):
                 "%s %s on %s (would be %s)" % (f["instance_id"], f["verdict"], f["vf_address"], f["effect"])
                 for f in sentinel["unreported"])),
             "reconcile reports them to the store (hypeman stopped around the edit)"))
+    metrics = result.get("metrics")
+    metrics_ok = metrics is not None and metrics["error"] is None
+    if metrics is not None and metrics["error"]:
+        issues.append(_issue("warning", "metrics_unreadable", metrics["error"],
+                             "check metrics_url (hypeman serves /metrics on metrics.listen_address:metrics.port, "
+                             "default 127.0.0.1:9464)"))
+    if metrics_ok and metrics["coverage_problems"]:
+        issues.append(_issue(
+            "warning", "sentinel_coverage_lost",
+            "hypeman's sentinel lost sight of guests: %s" % "; ".join(metrics["coverage_problems"]),
+            "check the guest agents (rpc_error, unsupported_agent: guests booted with an agent that does not "
+            "answer GetGPUInitStatus) and hypeman's instance listing (list_error); restart the affected instances "
+            "to give them the current agent"))
+    if metrics_ok and metrics["store_quarantined"] is not None and metrics["sample"]["quarantined_vfs"] is not None \
+            and int(metrics["sample"]["quarantined_vfs"]) != metrics["store_quarantined"]:
+        issues.append(_issue(
+            "warning", "quarantine_count_mismatch",
+            "hypeman reports %d quarantined VF(s) (hypeman_instances_vgpu_quarantined_vfs), the store file holds %d"
+            % (int(metrics["sample"]["quarantined_vfs"]), metrics["store_quarantined"]),
+            "hypeman reads the store only at start: restart hypeman if the store was edited while it ran"))
+    # An unknown mode (no guest past GPU init yet, no metrics) is shown in the sentinel section and the
+    # fleet report, not raised: it is what every healthy host looks like before its guests boot.
+    if sentinel is not None and sentinel["watched_instances"] and (
+            sentinel["log_evidence"] == "partial" and sentinel["sentinel_mode"] == "markers"
+            or sentinel["sentinel_mode"] == "vsock" and not metrics_ok):
+        issues.append(_issue(
+            "warning", "sentinel_evidence_incomplete",
+            "sentinel mode %s (%s); guest-log evidence is %s: %s" % (
+                sentinel["sentinel_mode"], sentinel["sentinel_mode_reason"], sentinel["log_evidence"],
+                sentinel["log_evidence_reason"]),
+            "set metrics_url (hypeman_vgpu_metrics_url) so the audit reads hypeman's own sentinel checks"
+            if sentinel["sentinel_mode"] == "vsock" else
+            "restart the listed guests on a hypeman whose sentinel reads their agent, or upgrade hypeman"))
     if placement is not None:
         for gpu in placement["gpus"]:
             if gpu["vf_total"] == 0 and (gpu["sriov_totalvfs"] or 0) > 0:
@@ -388,10 +466,12 @@ def classify(result, hypeman_expected=True):
 # --- the audit ----------------------------------------------------------------------------------
 
 
-def audit_host(paths, threshold=None, api=None, sentinel=True, prereq=None, hypeman_expected=True, wedge=None):
+def audit_host(paths, threshold=None, api=None, sentinel=True, prereq=None, hypeman_expected=True, wedge=None,
+               metrics=None, sentinel_mode="auto"):
     """Audit one host; returns ``(result, warnings)``.
 
-    ``api``: None or ``{url, token, validate_certs, timeout}``; ``prereq``:
+    ``api``: None or ``{url, token, validate_certs, timeout}``; ``metrics``:
+    None or ``{url, timeout}`` of hypeman's Prometheus endpoint; ``prereq``:
     None or ``{sriov_manage, dcgm_units, unit_dirs}`` to check prerequisites;
     ``wedge``: None or a ``_wedge.Options`` to read the wedge-risk signals.
     Only a bad explicit ``threshold`` raises; every other failure is kept in
@@ -403,7 +483,7 @@ def audit_host(paths, threshold=None, api=None, sentinel=True, prereq=None, hype
     result = {"threshold": threshold, "threshold_source": threshold_source, "errors": errors,
               "store": None, "placement": None, "sentinel": None, "api": None, "capacity": None,
               "hypeman": hypeman_section(paths.proc_root), "prerequisites": None, "footprint": None,
-              "wedge_signals": None, "at_risk_vfs": []}
+              "wedge_signals": None, "at_risk_vfs": [], "metrics": None}
     if result["hypeman"]["error"]:
         errors.append({"section": "hypeman", "error": result["hypeman"]["error"]})
     view = None
@@ -434,12 +514,20 @@ def audit_host(paths, threshold=None, api=None, sentinel=True, prereq=None, hype
         discovered.update(entry.get("address") for entry in view["unreadable_vfs"])
     result["store"] = store_section(store, threshold, ledger, discovered)
     result["footprint"] = footprint_section(paths, result["placement"])
+    if metrics is not None and metrics.get("url"):
+        result["metrics"] = metrics_section(metrics["url"], metrics.get("timeout", 10), paths.state_dir)
+        if result["metrics"]["previous_error"]:
+            warnings.append(result["metrics"]["previous_error"])
     if sentinel:
         try:
-            result["sentinel"] = sentinel_section(paths.data_dir, paths.state_dir, store, threshold)
+            sample = result["metrics"]["sample"] if result["metrics"] else None
+            result["sentinel"] = sentinel_section(paths.data_dir, paths.state_dir, store, threshold, sentinel_mode,
+                                                  sample, sample is not None)
             warnings.extend(result["sentinel"]["warnings"])
         except VgpuError as err:
             errors.append({"section": "sentinel", "error": err.msg})
+    if result["metrics"] is not None:
+        finish_metrics_section(result["metrics"], result["sentinel"], result["store"])
     if api is not None and api.get("url"):
         result["api"] = api_section(view, api["url"], api.get("token"), api.get("validate_certs", True),
                                     api.get("timeout", 10))

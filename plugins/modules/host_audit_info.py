@@ -81,6 +81,27 @@ options:
     elements: path
     default: [/etc/systemd/system, /run/systemd/system, /usr/local/lib/systemd/system, /usr/lib/systemd/system,
               /lib/systemd/system]
+  metrics_url:
+    description:
+      - hypeman's Prometheus endpoint, for example V(http://127.0.0.1:9464/metrics) (hypeman serves it on
+        C(metrics.listen_address):C(metrics.port), default 127.0.0.1:9464).
+      - The audit reads hypeman's own sentinel counters from it (RV(metrics)), decides the sentinel mode from
+        them, compares them with the previous sample in O(state_dir) (C(sentinel-metrics.json), written by the
+        C(fleet_reconcile) role) for the issue C(sentinel_coverage_lost), and cross-checks the quarantined-VF
+        gauge with the store. Not read when omitted.
+    type: str
+  metrics_timeout:
+    description:
+      - Seconds the whole metrics request may take; a slower or endless answer is an error in RV(metrics.error).
+    type: int
+    default: 10
+  sentinel_mode:
+    description:
+      - Which hypeman sentinel watches this host, as for M(hypeman.vgpu.vgpu_sentinel_scan). V(auto) decides
+        from hypeman's metrics (with O(metrics_url)) and the guests' console lines.
+    type: str
+    choices: [auto, markers, vsock]
+    default: auto
 notes:
   - It accepts every host-path option of the C(group/hypeman.vgpu.host) action group.
   - The placement view and the store section are two reads of the store; a write by hypeman between them
@@ -277,6 +298,61 @@ sentinel:
       description: Scan warnings.
       type: list
       elements: str
+    sentinel_mode:
+      description: C(markers), C(vsock) or C(unknown), as RV(hypeman.vgpu.vgpu_sentinel_scan#module:sentinel_mode).
+      type: str
+    sentinel_mode_reason:
+      description: The evidence the mode was decided from, or why it is unknown.
+      type: str
+    instance_modes:
+      description: C({instance_id, sentinel_mode, sentinel_mode_reason}) per scanned guest.
+      type: list
+      elements: dict
+    log_evidence:
+      description:
+        - C(complete), C(partial) or C(none); anything but C(complete) means empty RV(sentinel.findings) is not a
+          health statement (issue C(sentinel_evidence_incomplete) unless hypeman's metrics cover the host).
+      type: str
+    log_evidence_reason:
+      description: What RV(sentinel.log_evidence) means here.
+      type: str
+    watched_instances:
+      description: Instances with a vendor-VFIO vGPU claim, which hypeman's sentinel polls.
+      type: int
+metrics:
+  description:
+    - hypeman's own sentinel numbers from O(metrics_url); null without it.
+  returned: always
+  type: dict
+  contains:
+    url:
+      description: The URL read.
+      type: str
+    error:
+      description: Why the metrics could not be read (unreachable, HTTP error, too large, too slow, not Prometheus
+        text); null when read.
+      type: str
+    sample:
+      description:
+        - C({taken_at, version, uptime_seconds, checks, init_failures, quarantines, quarantined_vfs,
+          store_unavailable}); C(checks) maps each C(result) (C(ok), C(failed), C(unknown), C(rpc_error),
+          C(list_error), C(unsupported_agent)) to its count and is null when hypeman exports no sentinel check
+          counter. The fleet_reconcile role keeps it as the next run's previous sample.
+      type: dict
+    previous:
+      description: The previous sample read from O(state_dir), or null.
+      type: dict
+    previous_error:
+      description: Why a previous sample file was ignored, or null.
+      type: str
+    coverage_problems:
+      description: Why hypeman's sentinel lost sight of guests since the previous sample (issue C(sentinel_coverage_lost)).
+      type: list
+      elements: str
+    store_quarantined:
+      description: Quarantined VFs in the store file, to compare with C(sample.quarantined_vfs); null when the
+        store is not valid.
+      type: int
 hypeman:
   description: Whether a C(hypeman-api)/C(hypeman) process runs (C(running) null when it cannot be told).
   returned: always
@@ -379,7 +455,7 @@ needs_action:
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.hypeman.vgpu.plugins.module_utils import _audit, _wedge
+from ansible_collections.hypeman.vgpu.plugins.module_utils import _audit, _metrics, _wedge
 from ansible_collections.hypeman.vgpu.plugins.module_utils._errors import VgpuError
 from ansible_collections.hypeman.vgpu.plugins.module_utils._module import (
     host_path_spec, new_module, run_module, shown, store_path)
@@ -398,6 +474,12 @@ def _body(module):
                 or len(unit.encode("utf-8", "surrogateescape")) > 255:
             raise VgpuError("dcgm_units entry %s is not a systemd unit name; expected a name such as "
                             "nvidia-dcgm.service" % shown(unit))
+    if params["metrics_url"] is not None:
+        problem = _metrics.url_problem(params["metrics_url"])
+        if problem:
+            raise VgpuError(problem)
+        if not 0 < params["metrics_timeout"] <= 3600:
+            raise VgpuError("metrics_timeout is %d; expected seconds between 1 and 3600" % params["metrics_timeout"])
     prereq = None
     if params["prerequisites"]:
         prereq = {"sriov_manage": params["sriov_manage"], "dcgm_units": params["dcgm_units"],
@@ -405,7 +487,10 @@ def _body(module):
     result, warnings = _audit.audit_host(paths, threshold=params["threshold"], api=api,
                                          sentinel=params["sentinel"], prereq=prereq,
                                          hypeman_expected=params["hypeman_expected"],
-                                         wedge=_wedge.Options.from_params(params))
+                                         wedge=_wedge.Options.from_params(params),
+                                         metrics={"url": params["metrics_url"], "timeout": params["metrics_timeout"]}
+                                         if params["metrics_url"] else None,
+                                         sentinel_mode=params["sentinel_mode"])
     for warning in warnings:
         module.warn(warning)
     result["changed"] = False
@@ -424,6 +509,9 @@ def main():
             dcgm_units=dict(type="list", elements="str",
                             default=list(_audit.DEFAULT_DCGM_UNITS)),
             unit_dirs=dict(type="list", elements="path", default=list(_audit.DEFAULT_UNIT_DIRS)),
+            metrics_url=dict(type="str"),
+            metrics_timeout=dict(type="int", default=10),
+            sentinel_mode=dict(type="str", default="auto", choices=["auto", "markers", "vsock"]),
             **_wedge.argument_spec()
         ),
         supports_check_mode=True,

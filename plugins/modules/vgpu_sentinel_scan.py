@@ -45,6 +45,11 @@ description:
     store deduplicates per assignment, so running again never counts twice.
   - The cursors are internal bookkeeping. The module reports C(changed) only when the store changed.
   - See C(docs/sentinel.md) in the collection for what this scan can and cannot prove.
+  - "Newer hypeman no longer prints markers: its guest agent keeps the GPU init state and hypeman's own sentinel
+    polls it over vsock and records into the store itself. The scan says which era it sees as RV(sentinel_mode)
+    (per guest in RV(instance_modes)) and how far the logs can show a failure as RV(log_evidence). With
+    C(log_evidence) other than C(complete) an empty RV(findings) does not mean healthy, and the module warns. See
+    C(docs/hypeman-versions.md)."
 extends_documentation_fragment:
   - hypeman.vgpu.host_paths
   - hypeman.vgpu.attributes
@@ -69,6 +74,16 @@ options:
       - Without it every instance is scanned, and cursors of instances that no longer exist are removed.
     type: list
     elements: str
+  sentinel_mode:
+    description:
+      - Which hypeman sentinel watches this host.
+      - V(auto) decides from the guests' console lines (RV(instance_modes)); V(markers) or V(vsock) states it,
+        for a host whose guests have not shown either era yet.
+      - In V(vsock) mode (stated or detected) O(record=true) records nothing, because hypeman records every guest
+        itself, and RV(record_skipped) says so.
+    type: str
+    choices: [auto, markers, vsock]
+    default: auto
 notes:
   - Check mode reads the logs and reports, and with O(record=true) predicts the store outcomes, but
     moves no cursor and writes nothing.
@@ -288,11 +303,55 @@ threshold_source:
   returned: when O(record=true)
   type: str
   sample: default
+record_skipped:
+  description: Why nothing was recorded although O(record=true) (a vsock-era host); null when recording ran.
+  returned: when O(record=true)
+  type: str
+  sample: "not recorded: hypeman's vsock sentinel records GPU init results itself (set by the sentinel_mode option)"
+sentinel_mode:
+  description:
+    - C(markers) (hypeman reads GPU init markers from the guest console), C(vsock) (hypeman polls the guest agent
+      over vsock and records by itself) or C(unknown); RV(sentinel_mode_reason) says why.
+  returned: always
+  type: str
+  sample: vsock
+sentinel_mode_reason:
+  description: The evidence RV(sentinel_mode) was decided from, or why it is unknown.
+  returned: always
+  type: str
+  sample: "2 guest(s) show vsock-era GPU init lines: tz4a98xxat96iws9zmbrgj3a, qk2b77yyat96iws9zmbrgj3b"
+instance_modes:
+  description: The era each scanned guest's console shows (hypeman builds the agent into the guest it boots).
+  returned: always
+  type: list
+  elements: dict
+  contains:
+    instance_id:
+      description: Instance ID.
+      type: str
+    sentinel_mode:
+      description: C(markers), C(vsock) or C(unknown).
+      type: str
+    sentinel_mode_reason:
+      description: Why.
+      type: str
+log_evidence:
+  description:
+    - How far the guest logs can show GPU init failures on this host. C(complete) (marker-era host),
+      C(partial) (some guests cannot be seen) or C(none) (vsock-era or unknown host). Anything but C(complete)
+      means an empty RV(findings) is not a health statement.
+  returned: always
+  type: str
+  sample: none
+log_evidence_reason:
+  description: What RV(log_evidence) means here and where to look instead.
+  returned: always
+  type: str
 """
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.hypeman.vgpu.plugins.module_utils import _hypeman, _sentinel, _store_write
+from ansible_collections.hypeman.vgpu.plugins.module_utils import _hypeman, _sentinel, _sentinel_mode, _store_write
 from ansible_collections.hypeman.vgpu.plugins.module_utils._module import host_path_spec, new_module, run_module, store_path
 
 
@@ -310,10 +369,21 @@ def _body(module):
         threshold, source = _hypeman.resolve_threshold(params["threshold"], params["config_path"])
     instances, unreadable = _hypeman.list_instances(data_dir)
     store_result = {}
+    mode = {}
+
+    def log_dir_of(instance_id):
+        return _hypeman.instance_log_dir(data_dir, instance_id)
 
     def recorder(report):
+        mode["instances"] = _sentinel_mode.scanned_modes(report, instances, log_dir_of)
+        mode["host"], mode["reason"] = _sentinel_mode.host_mode(params["sentinel_mode"], mode["instances"])
         pending = report.unrecorded()
         if not params["record"] or not pending:
+            return []
+        if mode["host"] == _sentinel_mode.VSOCK:
+            # hypeman's vsock sentinel records every guest itself; a second reporter only races it.
+            mode["record_skipped"] = ("not recorded: hypeman's vsock sentinel records GPU init results "
+                                      "itself (%s)" % mode["reason"])
             return []
         result = _store_write.update_store(
             path, lambda store: _sentinel.record_verdicts(store, pending, threshold), check_mode=check_mode)
@@ -323,10 +393,15 @@ def _body(module):
         return result.result
 
     report, outcomes = _sentinel.run(
-        instances, unreadable, lambda instance_id: _hypeman.instance_log_dir(data_dir, instance_id),
+        instances, unreadable, log_dir_of,
         params["state_dir"], only=params["instances"], check_mode=check_mode, recorder=recorder)
     for warning in report.warnings:
         module.warn(warning)
+    coverage, coverage_reason = _sentinel_mode.log_evidence(mode["host"], mode["instances"])
+    if coverage != "complete":
+        module.warn("sentinel evidence in the guest logs is %s: %s" % (coverage, coverage_reason))
+    if mode.get("record_skipped"):
+        module.warn(mode["record_skipped"])
 
     update = store_result.get("update")
     changed = bool(update and update.changed)
@@ -341,9 +416,15 @@ def _body(module):
         # "skipped" is a reserved result key (a non-empty list would mark the task skipped).
         "skipped_instances": report.skipped,
         "unattributed": report.unattributed,
+        "sentinel_mode": mode["host"],
+        "sentinel_mode_reason": mode["reason"],
+        "instance_modes": mode["instances"],
+        "log_evidence": coverage,
+        "log_evidence_reason": coverage_reason,
     }
     if params["record"]:
-        result.update(outcomes=outcomes or [], store_path=path, threshold=threshold, threshold_source=source)
+        result.update(outcomes=outcomes or [], store_path=path, threshold=threshold, threshold_source=source,
+                      record_skipped=mode.get("record_skipped"))
         if module._diff and update is not None and update.changed:
             result["diff"] = {"before": _text(update.before), "after": _text(update.after),
                               "before_header": path, "after_header": path}
@@ -357,6 +438,7 @@ def main():
             record=dict(type="bool", default=False),
             threshold=dict(type="int"),
             instances=dict(type="list", elements="str"),
+            sentinel_mode=dict(type="str", default="auto", choices=list(_sentinel_mode.OPTION_CHOICES)),
         ),
         supports_check_mode=True,
     )

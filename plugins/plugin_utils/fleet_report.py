@@ -35,7 +35,8 @@ def _issue(severity, code, message, action=None, subject=None):
 # --- one host -----------------------------------------------------------------------------------
 
 _ENTRY_KEYS = ("threshold", "threshold_source", "errors", "store", "placement", "capacity", "sentinel", "hypeman",
-               "api", "prerequisites", "footprint", "issues", "needs_action", "at_risk_vfs", "wedge_signals")
+               "api", "prerequisites", "footprint", "issues", "needs_action", "at_risk_vfs", "wedge_signals",
+               "metrics")
 
 
 def host_entry(result, host, audited_at=None, actions=None):
@@ -139,6 +140,31 @@ def build_report(entries, kind="audit", generated_at=None, check_mode=False, pol
     return report
 
 
+def sentinel_mode(entry):
+    """The host's hypeman sentinel mode (markers, vsock, unknown) from its audit, or None when not audited."""
+    mode = (entry.get("sentinel") or {}).get("sentinel_mode")
+    return mode if mode in ("markers", "vsock", "unknown") else None
+
+
+def sentinel_text(entry):
+    """One line about the host's sentinel: mode and, when read, hypeman's own checks by result."""
+    mode = sentinel_mode(entry)
+    if mode is None:
+        return None
+    sentinel = entry["sentinel"]
+    parts = ["sentinel %s (%s)" % (mode, sentinel.get("sentinel_mode_reason") or "-")]
+    sample = (entry.get("metrics") or {}).get("sample")
+    if sample:
+        checks = sample.get("checks")
+        parts.append("hypeman %s checks %s" % (sample.get("version") or "?", ", ".join(
+            "%s %d" % (result, count) for result, count in sorted(checks.items())) if checks else "none exported"))
+        parts.append("init failures %s, quarantines %s, quarantined VFs %s (store %s)" % tuple(
+            "-" if value is None else int(value) for value in (
+                sample.get("init_failures"), sample.get("quarantines"), sample.get("quarantined_vfs"),
+                entry["metrics"].get("store_quarantined"))))
+    return "; ".join(parts)
+
+
 def summarize(entries):
     """The counts a dashboard or a downstream AWX workflow node needs."""
     summary = {
@@ -151,12 +177,14 @@ def summarize(entries):
         "cards_total": 0, "cards_ready_for_cycle": 0, "cards_overflow_only": 0, "cards_draining": 0,
         "cards_without_vfs": 0,
         "sentinel_failed": 0, "sentinel_unreported": 0, "at_risk_vfs": 0, "hosts_wedge_signals_unread": 0,
+        "hosts_sentinel_markers": 0, "hosts_sentinel_vsock": 0, "hosts_sentinel_unknown": 0,
+        "hosts_sentinel_coverage_lost": 0, "hosts_metrics_unreadable": 0,
         "slots_total": 0, "slots_allocatable": 0, "slots_quarantined": 0, "slots_lost": 0,
         "capacity_loss_pct": 0.0,
         "actions_taken": 0, "hosts_reconcile_failed": 0,
         "issues_by_code": {},
         "needing_action": [], "unreachable": [], "failed": [], "store_unavailable": [], "not_vgpu": [],
-        "ready_for_cycle": [], "reconcile_failed": [], "at_risk": [],
+        "ready_for_cycle": [], "reconcile_failed": [], "at_risk": [], "sentinel_coverage_lost": [],
     }
     for entry in entries:
         host = entry["host"]
@@ -215,6 +243,13 @@ def summarize(entries):
             summary["at_risk"].append({"host": host, "vf": vf["vf"], "card": vf["card"], "reason": vf["reason"],
                                        "time": vf["time"]})
         summary["hosts_wedge_signals_unread"] += "wedge_signals_unread" in codes
+        mode = sentinel_mode(entry)
+        if mode is not None:
+            summary["hosts_sentinel_%s" % mode] += 1
+        if "sentinel_coverage_lost" in codes:
+            summary["hosts_sentinel_coverage_lost"] += 1
+            summary["sentinel_coverage_lost"].append(host)
+        summary["hosts_metrics_unreadable"] += "metrics_unreadable" in codes
         capacity = entry.get("capacity") or {}
         summary["slots_total"] += capacity.get("total_slots", 0)
         summary["slots_allocatable"] += capacity.get("allocatable_slots", 0)
@@ -235,7 +270,8 @@ ISSUE_CODES = ("unreachable", "audit_failed", "no_data", "reconcile_failed", "au
                "card_without_vfs",
                "card_overflow_only", "unreadable_metadata", "unreadable_vfs", "api_mismatch", "hypeman_not_running",
                "prerequisite_failed", "quarantined_vfs", "below_threshold", "card_draining", "vf_at_risk",
-               "wedge_signals_unread")
+               "wedge_signals_unread", "sentinel_coverage_lost", "metrics_unreadable", "quarantine_count_mismatch",
+               "sentinel_evidence_incomplete")
 _HOST_MEASURES = ("host_capacity_loss_pct",)
 
 
@@ -376,7 +412,13 @@ _SUMMARY_ROWS = (
     ("cards_draining", "Cards draining"),
     ("cards_without_vfs", "Cards without VFs"), ("sentinel_failed", "Sentinel failure verdicts"),
     ("sentinel_unreported", "Sentinel verdicts not in the store"), ("at_risk_vfs", "VFs at risk of being wedged"),
-    ("hosts_wedge_signals_unread", "Hosts whose wedge-risk signals could not be read"), ("hosts_api_mismatch", "Hosts where the API disagrees"),
+    ("hosts_wedge_signals_unread", "Hosts whose wedge-risk signals could not be read"),
+    ("hosts_sentinel_markers", "Hosts whose hypeman reads console markers"),
+    ("hosts_sentinel_vsock", "Hosts whose hypeman polls guests over vsock"),
+    ("hosts_sentinel_unknown", "Hosts whose sentinel mode is unknown"),
+    ("hosts_sentinel_coverage_lost", "Hosts whose hypeman sentinel lost coverage"),
+    ("hosts_metrics_unreadable", "Hosts whose hypeman metrics are unreadable"),
+    ("hosts_api_mismatch", "Hosts where the API disagrees"),
     ("hosts_api_unreachable", "Hosts whose API is unreachable"), ("slots_total", "vGPU slots"),
     ("slots_lost", "Slots lost to quarantine"), ("capacity_loss_pct", "Capacity lost (%)"),
     ("actions_taken", "Repairs made"),
@@ -423,13 +465,14 @@ def render_markdown(report):
     fine = [e for e in report["hosts"] if not e["needs_action"]]
     lines += ["## Hosts without action needed (%d)" % len(fine), ""]
     if fine:
-        lines += ["| Host | Quarantined VFs | Slots | Capacity lost | Notes |", "|---|---:|---:|---:|---|"]
+        lines += ["| Host | Quarantined VFs | Slots | Capacity lost | Sentinel | Notes |", "|---|---:|---:|---:|---|---|"]
         for entry in fine:
             store = entry.get("store") or {}
             capacity = entry.get("capacity") or {}
-            lines.append("| %s | %d | %s | %s%% | %s |" % (
+            lines.append("| %s | %d | %s | %s%% | %s | %s |" % (
                 _md(entry["host"]), len(store.get("quarantined") or []), capacity.get("total_slots", "-"),
-                capacity.get("lost_pct", "-"), _md("; ".join(i["message"] for i in entry["issues"])) or "-"))
+                capacity.get("lost_pct", "-"), _md(sentinel_text(entry) or "-"),
+                _md("; ".join(i["message"] for i in entry["issues"])) or "-"))
     else:
         lines.append("None.")
     lines.append("")
@@ -448,6 +491,8 @@ def _markdown_host(entry):
         lines.append("Slots: %d total, %d allocatable, %d quarantined, %s%% lost." % (
             capacity["total_slots"], capacity["allocatable_slots"], capacity["quarantined_slots"], capacity["lost_pct"]))
         lines.append("")
+    if sentinel_text(entry):
+        lines += ["Sentinel: %s." % _md(sentinel_text(entry)), ""]
     gpus = (entry.get("placement") or {}).get("gpus") or []
     if gpus:
         lines += ["| Card | VFs | Quarantined | Allocatable | Claimed | State |", "|---|---:|---:|---:|---:|---|"]
@@ -527,6 +572,8 @@ def render_html(report):
                     esc(issue["severity"]), esc(issue["severity"]), esc(issue["code"]), esc(issue["message"]),
                     esc(issue["action"] or "-")))
             out.append("</table>")
+        if sentinel_text(entry):
+            out.append("<p>Sentinel: %s</p>" % esc(sentinel_text(entry)))
         gpus = (entry.get("placement") or {}).get("gpus") or []
         if gpus:
             out.append("<table><tr><th>Card</th><th>VFs</th><th>Quarantined</th><th>Allocatable</th>"
@@ -603,6 +650,9 @@ def render_prometheus(entry):
             ((("verdict", v),), len([f for f in findings if f["verdict"] == v])) for v in ("failed", "ok")])
         _prom_line(out, "sentinel_unreported", "Sentinel verdicts whose report would change the store.",
                    [((), len(sentinel.get("unreported") or []))])
+        if sentinel_mode(entry) is not None:
+            _prom_line(out, "sentinel_mode", "1 for hypeman's sentinel mode on this host (markers, vsock, unknown).",
+                       [((("mode", m),), sentinel_mode(entry) == m) for m in ("markers", "vsock", "unknown")])
     wedge = entry.get("wedge_signals")
     if wedge is not None:
         at_risk = entry.get("at_risk_vfs") or []
@@ -610,6 +660,22 @@ def render_prometheus(entry):
             ((("reason", r),), len([v for v in at_risk if v["reason"] == r])) for r in ("vf_may_wedge", "oom_killed_qemu")])
         _prom_line(out, "wedge_signals_read", "1 when every wedge-risk signal source could be read.",
                    [((), bool(wedge.get("complete")))])
+    metrics = entry.get("metrics")
+    if metrics is not None:
+        sample = metrics.get("sample")
+        _prom_line(out, "hypeman_metrics_readable", "1 when hypeman's /metrics answered the audit.",
+                   [((), sample is not None)])
+        if sample is not None:
+            _prom_line(out, "hypeman_sentinel_checks", "hypeman's own sentinel checks by result (its counter).",
+                       [((("result", r),), v) for r, v in sorted((sample.get("checks") or {}).items())])
+            for name, key, help_text in (
+                    ("hypeman_sentinel_init_failures", "init_failures", "Init failures hypeman's sentinel recorded."),
+                    ("hypeman_sentinel_quarantines", "quarantines", "VFs hypeman's sentinel quarantined."),
+                    ("hypeman_quarantined_vfs", "quarantined_vfs", "Quarantined VFs as hypeman counts them (gauge).")):
+                if sample.get(key) is not None:
+                    _prom_line(out, name, help_text, [((), sample[key])])
+            _prom_line(out, "sentinel_coverage_lost", "1 when hypeman's sentinel lost sight of guests since the "
+                       "previous sample.", [((), bool(metrics.get("coverage_problems")))])
     if entry.get("footprint") is not None:
         _prom_line(out, "host_not_vgpu", "1 when neither an NVIDIA SR-IOV GPU nor hypeman's data dir was found "
                    "at the audited paths.", [((), entry["footprint"]["not_vgpu"])])

@@ -39,6 +39,7 @@ import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
+from . import metrics as sim_metrics
 from .store import DEFAULT_THRESHOLD, StoreError, VFHealthStore
 
 _TYPE_LINE = re.compile(r"^\s*(\S[^:]*?)\s*:\s*(.*?)\s*$")
@@ -332,6 +333,7 @@ class HypemanAPI(object):
         self.proc_root = proc_root
         self.lock = threading.Lock()  # hypeman's VF-health mutex
         self.started_at = time.time()
+        self.version = "v0.0.0-sim"  # hypeman_info's service_version
         # Loaded now, and never again once loaded: hypeman's startup read.
         self.store = VFHealthStore(os.path.join(self.data_dir, "gpu", "vf-health.json"),
                                    threshold=self.config["threshold"])
@@ -419,6 +421,42 @@ def make_handler(api):
             return self._send(404, {"code": "not_found", "message": "no route"})
 
     return Handler
+
+
+def metrics_text(api, counters, vsock=True):
+    """hypeman's ``/metrics`` now (§5.4, §5.6): its build info, uptime and the sentinel's instruments."""
+    with api.lock:
+        reason = api.store.unavailable_reason()
+        quarantined = len(api.store.quarantined()) if reason is None else 0
+    return sim_metrics.render(counters, api.version, time.time() - api.started_at, quarantined, reason is not None,
+                              vsock)
+
+
+def serve_metrics(api, counters, listen="127.0.0.1", port=9464, vsock=True):
+    """Serve ``GET /metrics`` in a background thread (hypeman's metrics listener); returns the server."""
+    class MetricsHandler(BaseHTTPRequestHandler):
+        server_version = "hypeman-metrics-sim"
+
+        def log_message(self, fmt, *args):
+            sys.stderr.write("metrics %s %s\n" % (self.address_string(), fmt % args))
+
+        def do_GET(self):  # noqa: N802
+            if self.path.split("?", 1)[0] != "/metrics":
+                self.send_response(404)
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+                return
+            body = metrics_text(api, counters, vsock).encode("utf-8")
+            self.send_response(200)
+            self.send_header("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+    server = ThreadingHTTPServer((listen, port), MetricsHandler)
+    server.daemon_threads = True
+    threading.Thread(target=server.serve_forever, name="hypeman-metrics", daemon=True).start()
+    return server
 
 
 def serve(api, listen="0.0.0.0", port=None, ready=None):

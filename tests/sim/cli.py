@@ -20,6 +20,8 @@ import urllib.error
 import urllib.request
 
 from . import api as api_mod
+from . import metrics as sim_metrics
+from . import sentinel as sim_sentinel
 from . import daemons, host
 from .host import SimError, SimHost
 
@@ -194,11 +196,21 @@ def cmd_api(args):
     server_api = api_mod.HypemanAPI(paths["config_path"], sysfs_root=paths["sysfs_root"],
                                     proc_root="/proc", data_dir=paths["data_dir"])
     info_path = os.path.join(sim.meta_dir, "api.json")
+    metrics_server = None
+    if args.era == "vsock" or args.metrics_port is not None:
+        # Current hypeman: /metrics always served; the vsock sentinel polls guests and records itself.
+        counters = sim_metrics.SentinelCounters()
+        metrics_server = api_mod.serve_metrics(server_api, counters, listen="127.0.0.1",
+                                               port=9464 if args.metrics_port is None else args.metrics_port,
+                                               vsock=args.era == "vsock")
+        if args.era == "vsock":
+            sim_sentinel.VsockSentinel(server_api, counters, interval=args.sentinel_interval).start()
 
     def ready(server):
         port = server.server_address[1]
         with open(info_path + ".tmp", "w") as handle:
-            json.dump({"pid": os.getpid(), "port": port, "listen": args.listen}, handle)
+            json.dump({"pid": os.getpid(), "port": port, "listen": args.listen, "era": args.era,
+                       "metrics_port": metrics_server.server_address[1] if metrics_server else None}, handle)
         os.rename(info_path + ".tmp", info_path)
         reason = server_api.store.unavailable_reason()
         print("hypeman-api (vgpu-sim): listening on %s:%d; VF health store %s" % (
@@ -342,6 +354,10 @@ def build_parser():
     p = sub.add_parser("api", help="run the hypeman-api stand-in in the foreground")
     p.add_argument("--listen", default="0.0.0.0")
     p.add_argument("--port", type=int, help="default: port from the config (hypeman's default 8080)")
+    p.add_argument("--era", choices=("markers", "vsock"), default="markers",
+                   help="vsock: current hypeman (guests print no markers, its sentinel polls and records itself)")
+    p.add_argument("--metrics-port", type=int, help="serve /metrics on 127.0.0.1 (vsock era: default 9464)")
+    p.add_argument("--sentinel-interval", type=float, default=5.0, help="vsock sentinel poll interval, seconds")
     p.set_defaults(func=cmd_api)
 
     p = sub.add_parser("api-report", help="make the running stand-in report a sentinel verdict")

@@ -71,6 +71,16 @@ def ok_line(unix_ns, prefix_ns=None):
         log_prefix(unix_ns if prefix_ns is None else prefix_ns), rfc3339nano(unix_ns))
 
 
+def vsock_ok_line(unix_ns):
+    """The vsock-era agent's one line when driver init succeeds (it prints no marker)."""
+    return "%s[guest-agent] GPU driver initialized\n" % log_prefix(unix_ns)
+
+
+def vsock_failed_line(unix_ns, nvrm=DEFAULT_NVRM):
+    """The vsock-era agent's one line when it first sees the NVRM init failure (the host ignores it)."""
+    return "%s[guest-agent] GPU init failure detected: %s\n" % (log_prefix(unix_ns), nvrm)
+
+
 def report(verdict, unix_ns, nvrm=DEFAULT_NVRM, repeats=REPORT_REPEATS):
     """A whole report as the agent prints it: the same line ``repeats`` times."""
     line = failed_line(unix_ns, nvrm) if verdict == "failed" else ok_line(unix_ns)

@@ -232,6 +232,54 @@ def check_prometheus(args):
     print("prometheus textfiles ok")
 
 
+def check_vsock(args):
+    """Current hypeman (vsock sentinel): the audit names the mode and reads hypeman's own sentinel."""
+    report = _load(args.report)
+    entry = report["hosts"][0]
+    sentinel, metrics, codes = entry["sentinel"], entry.get("metrics"), codes_of(entry)
+    if sentinel["sentinel_mode"] != "vsock":
+        fail("%s: sentinel mode %s (%s), expected vsock"
+             % (entry["host"], sentinel["sentinel_mode"], sentinel["sentinel_mode_reason"]))
+    if sentinel["findings"] or sentinel["log_evidence"] != "none":
+        fail("vsock host: findings %s, log evidence %s" % (sentinel["findings"], sentinel["log_evidence"]))
+    if args.stage == "no-metrics":
+        if metrics is not None or "sentinel_evidence_incomplete" not in codes:
+            fail("without metrics_url: metrics %s, issues %s; expected sentinel_evidence_incomplete" % (metrics, codes))
+    else:
+        if metrics is None or metrics["error"] or not metrics["sample"]["checks"]:
+            fail("metrics not read: %s" % metrics)
+        if "checks_total" not in sentinel["sentinel_mode_reason"]:
+            fail("mode not decided from hypeman's counter: %s" % sentinel["sentinel_mode_reason"])
+        checks = metrics["sample"]["checks"]
+        if not (checks.get("ok") and checks.get("failed")) or metrics["sample"]["init_failures"] != 1:
+            fail("hypeman's sentinel should have polled ok and failed guests and recorded one failure: %s"
+                 % metrics["sample"])
+        if metrics["store_quarantined"] != int(metrics["sample"]["quarantined_vfs"]):
+            fail("quarantined VFs: hypeman %s, store %s"
+                 % (metrics["sample"]["quarantined_vfs"], metrics["store_quarantined"]))
+        if "sentinel_evidence_incomplete" in codes:
+            fail("hypeman's metrics cover a vsock host, yet: %s" % codes)
+        lost = "sentinel_coverage_lost" in codes
+        if lost != (args.stage == "lost"):
+            fail("stage %s: issues %s, coverage problems %s" % (args.stage, codes, metrics["coverage_problems"]))
+        if args.stage == "covered" and metrics["previous"] is not None:
+            fail("first audit with metrics found a previous sample: %s" % metrics["previous"])
+        if args.stage == "lost" and not any("unsupported_agent" in p for p in metrics["coverage_problems"]):
+            fail("coverage lost without naming unsupported_agent: %s" % metrics["coverage_problems"])
+        if args.sample and not os.path.isfile(args.sample):
+            fail("the audit kept no metrics sample at %s" % args.sample)
+    summary = report["summary"]
+    if summary["hosts_sentinel_vsock"] != 1:
+        fail("summary counts %s vsock hosts" % summary["hosts_sentinel_vsock"])
+    if args.prom:
+        with open(args.prom) as handle:
+            text = handle.read()
+        for line in ('hypeman_vgpu_sentinel_mode{mode="vsock"} 1', "hypeman_vgpu_hypeman_metrics_readable 1"):
+            if line not in text:
+                fail("textfile %s lacks %r" % (args.prom, line))
+    print("vsock host (%s) ok: %s" % (args.stage, codes))
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser()
     sub = parser.add_subparsers(dest="command", required=True)
@@ -272,6 +320,12 @@ def main(argv=None):
     p.add_argument("--dir", required=True)
     p.add_argument("--expected", required=True)
     p.set_defaults(func=check_prometheus)
+    p = sub.add_parser("vsock")
+    p.add_argument("--report", required=True)
+    p.add_argument("--stage", required=True, choices=("no-metrics", "covered", "lost"))
+    p.add_argument("--sample")
+    p.add_argument("--prom")
+    p.set_defaults(func=check_vsock)
     args = parser.parse_args(argv)
     args.func(args)
     return 0

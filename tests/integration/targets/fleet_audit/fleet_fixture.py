@@ -14,6 +14,8 @@ file, link and directory under the trees (setup_tree_fingerprint's
     python fleet_fixture.py build --dir DIR --count 200 --mix
     python fleet_fixture.py checksum --dir DIR
     python fleet_fixture.py root
+    python fleet_fixture.py serve --dir DIR --host NAME --port-file FILE   (current hypeman: vsock sentinel, /metrics)
+    python fleet_fixture.py agent --dir DIR --host NAME --instance ID --state ok|failed|unsupported|none
 """
 
 from __future__ import annotations
@@ -40,6 +42,9 @@ def _find_collection_root():
 sys.path.insert(0, _find_collection_root())
 
 from tests.sim import guestlog  # noqa: E402  pylint: disable=wrong-import-position
+from tests.sim import api as sim_api  # noqa: E402  pylint: disable=wrong-import-position
+from tests.sim import metrics as sim_metrics  # noqa: E402  pylint: disable=wrong-import-position
+from tests.sim import sentinel as sim_sentinel  # noqa: E402  pylint: disable=wrong-import-position
 from tests.sim.hosttree import DEFAULT_CLAIMED_AT, HostTree  # noqa: E402  pylint: disable=wrong-import-position
 
 # The one tree fingerprint of the integration tests, beside this target.
@@ -155,11 +160,24 @@ def _hypeman(tree, a, b):
     return []
 
 
+def _vsock(tree, a, b):
+    # Current hypeman: guests print no markers, its own sentinel polls their agents (serve) and records.
+    for instance_id in ("inst-a", "inst-b"):
+        guestlog.append(os.path.join(tree.data_dir, "guests", instance_id, "logs", "app.log"),
+                        guestlog.noise(5, seed=1) + guestlog.vsock_ok_line(MARKER_NS))
+        sim_sentinel.write_agent_state(os.path.join(tree.data_dir, "guests", instance_id), "ok")
+    tree.add_instance("inst-wedged", vf=b.vfs[3], profile="NVIDIA A100-4C")
+    guestlog.append(os.path.join(tree.data_dir, "guests", "inst-wedged", "logs", "app.log"),
+                    guestlog.vsock_failed_line(MARKER_NS))
+    sim_sentinel.write_agent_state(os.path.join(tree.data_dir, "guests", "inst-wedged"), "failed")
+    return []
+
+
 PROBLEMS = {
     "ok": _ok, "legacy": _legacy, "invalid": _invalid, "drained": _drained, "draining": _draining,
     "overflow": _overflow, "sentinel": _sentinel, "pending": _pending, "stale": _stale, "below": _below,
     "metadata": _metadata, "config": _config, "novfs": _novfs, "hypeman": _hypeman, "wrongpaths": _wrongpaths,
-    "wedge": _wedge,
+    "wedge": _wedge, "vsock": _vsock,
 }
 # The benchmark's mix: mostly healthy hosts, some quarantines, some findings.
 MIX = ("ok", "ok", "overflow", "ok", "sentinel", "ok", "below", "drained", "ok", "pending")
@@ -212,6 +230,29 @@ def build_fleet(directory, problems, unreachable=0, python=None):
     return expected
 
 
+def serve_host(root, port_file, interval):
+    """hypeman's sentinel loop and /metrics for the tree at ``root`` until SIGTERM; the port goes to ``port_file``."""
+    import signal
+    import time
+    # HostTree's layout, without constructing one (that would rewrite parts of the tree).
+    api = sim_api.HypemanAPI(os.path.join(root, "etc", "hypeman", "config.yaml"), sysfs_root=os.path.join(root, "sys"),
+                             proc_root=os.path.join(root, "proc"), data_dir=os.path.join(root, "var", "lib", "hypeman"))
+    counters = sim_metrics.SentinelCounters()
+    sentinel = sim_sentinel.VsockSentinel(api, counters, interval=interval)
+    sentinel.poll_once()  # the first poll before anyone reads the metrics
+    server = sim_api.serve_metrics(api, counters, port=0)
+    sentinel.start()
+    with open(port_file + ".tmp", "w") as handle:
+        handle.write("%d\n" % server.server_address[1])
+    os.rename(port_file + ".tmp", port_file)
+    stop = []
+    signal.signal(signal.SIGTERM, lambda *_args: stop.append(True))
+    while not stop:
+        time.sleep(0.1)
+    server.shutdown()
+    return 0
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
@@ -223,7 +264,23 @@ def main(argv=None):
     check = sub.add_parser("checksum")
     check.add_argument("--dir", required=True)
     sub.add_parser("root", help="print the root of the collection under test")
+    serve = sub.add_parser("serve", help="run current hypeman's sentinel and /metrics for one host tree")
+    serve.add_argument("--dir", required=True)
+    serve.add_argument("--host", required=True)
+    serve.add_argument("--port-file", required=True)
+    serve.add_argument("--interval", type=float, default=0.2)
+    agent = sub.add_parser("agent", help="set what a simulated guest agent answers over vsock")
+    agent.add_argument("--dir", required=True)
+    agent.add_argument("--host", required=True)
+    agent.add_argument("--instance", required=True)
+    agent.add_argument("--state", required=True, choices=sim_sentinel.AGENT_ANSWERS + ("none",))
     args = parser.parse_args(argv)
+    if args.command == "serve":
+        return serve_host(os.path.join(args.dir, "hosts", args.host), args.port_file, args.interval)
+    if args.command == "agent":
+        sim_sentinel.write_agent_state(os.path.join(args.dir, "hosts", args.host, "var", "lib", "hypeman", "guests",
+                                                    args.instance), None if args.state == "none" else args.state)
+        return 0
     if args.command == "root":
         print(_find_collection_root())
         return 0

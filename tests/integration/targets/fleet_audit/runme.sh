@@ -11,7 +11,9 @@ set -eux
 here=$(cd "$(dirname "$0")" && pwd)
 py=$(command -v python)
 work=$(mktemp -d)
-trap 'rm -rf "$work"' EXIT
+serve_pid=
+cleanup() { if [ -n "$serve_pid" ]; then kill "$serve_pid" || true; wait "$serve_pid" || true; fi; rm -rf "$work"; }
+trap cleanup EXIT
 hosts=ok,legacy,invalid,drained,draining,overflow,sentinel,pending,stale,below,metadata,config,wrongpaths,wedge
 fixture() { "$py" "$here/fleet_fixture.py" "$@"; }
 check() { "$py" "$here/fleet_checks.py" "$@"; }
@@ -79,4 +81,37 @@ playbook hypeman.vgpu.reconcile -e audit_report_dir="$work/reconcile-2"
 check reconcile --second-run --report "$work/reconcile-2/fleet-reconcile.json" --expected "$work/expected.json"
 fixture checksum --dir "$work" > "$work/tree-6.json"
 check same-tree "$work/tree-5.json" "$work/tree-6.json"
+# Current hypeman (docs/hypeman-versions.md): guests print no markers, hypeman's vsock sentinel polls
+# them and records by itself, /metrics shows its counters. The audit must say so, never read the
+# silence of the logs as health, read hypeman's own sentinel, and raise sentinel_coverage_lost.
+vwork="$work/vsock"
+mkdir -p "$vwork"
+fixture build --dir "$vwork" --hosts vsock > /dev/null
+vhost=vsock-000
+fixture serve --dir "$vwork" --host "$vhost" --port-file "$vwork/metrics.port" &
+serve_pid=$!
+for _ in $(seq 300); do [ -s "$vwork/metrics.port" ] && break; sleep 0.1; done
+metrics_url="http://127.0.0.1:$(cat "$vwork/metrics.port")/metrics"
+vplay() { ansible-playbook -i "$vwork/inventory.json" "$@"; }
+vplay hypeman.vgpu.audit -e audit_report_dir="$vwork/no-metrics"
+check vsock --report "$vwork/no-metrics/fleet-audit.json" --stage no-metrics
+vstate="$vwork/hosts/$vhost/var/lib/hypeman-vgpu"
+mkdir -p "$vwork/hosts/$vhost/prom"
+vplay hypeman.vgpu.audit -e audit_report_dir="$vwork/covered" -e "hypeman_vgpu_metrics_url=$metrics_url" \
+  -e "audit_prometheus_dir=$vwork/hosts/$vhost/prom"
+check vsock --report "$vwork/covered/fleet-audit.json" --stage covered --sample "$vstate/sentinel-metrics.json" \
+  --prom "$vwork/hosts/$vhost/prom/hypeman_vgpu.prom"
+# A guest restarted with an agent that does not answer GetGPUInitStatus: hypeman counts unsupported_agent.
+fixture agent --dir "$vwork" --host "$vhost" --instance inst-a --state unsupported
+for _ in $(seq 300); do
+  "$py" -c 'import sys, urllib.request; sys.exit(b"unsupported_agent" not in urllib.request.urlopen(sys.argv[1]).read())' \
+    "$metrics_url" && break
+  sleep 0.1
+done
+if vplay hypeman.vgpu.audit -e audit_report_dir="$vwork/lost" -e "hypeman_vgpu_metrics_url=$metrics_url" \
+    -e '{"audit_fail_on": ["sentinel_coverage_lost"]}'; then
+  echo "FAIL: audit_fail_on sentinel_coverage_lost did not fail the job"; exit 1
+fi
+check vsock --report "$vwork/lost/fleet-audit.json" --stage lost
+check policy --report "$vwork/lost/fleet-audit.json" --violated sentinel_coverage_lost
 echo "fleet_audit: all checks passed"

@@ -4,6 +4,7 @@
 
 from __future__ import annotations
 
+import os
 
 import pytest
 
@@ -38,8 +39,14 @@ def test_audit(tree, capsys):
     assert result["needs_action"] is True
     assert result["capacity"]["lost_pct"] == 50.0
     assert result["prerequisites"] is None and result["api"] is None
-    assert result["sentinel"] == {"findings": [], "unreported": [], "skipped_instances": [], "unattributed": 0,
-                                  "history": 0, "warnings": []}
+    assert result["sentinel"] == {
+        "findings": [], "unreported": [], "skipped_instances": [], "unattributed": 0, "history": 0, "warnings": [],
+        "sentinel_mode": "unknown", "sentinel_mode_reason": result["sentinel"]["sentinel_mode_reason"],
+        "instance_modes": [{"instance_id": "vm", "sentinel_mode": "unknown",
+                            "sentinel_mode_reason": result["sentinel"]["instance_modes"][0]["sentinel_mode_reason"]}],
+        "log_evidence": "none", "log_evidence_reason": result["sentinel"]["log_evidence_reason"],
+        "watched_instances": 1}
+    assert "metrics_url" in result["sentinel"]["sentinel_mode_reason"] and result["metrics"] is None
 
 
 def test_options(tree, capsys):
@@ -74,3 +81,116 @@ def test_footprint_of_a_vgpu_host(tree, capsys):
     footprint = run(tree, capsys)["footprint"]
     assert footprint["nvidia_sriov_cards"] == 2 and footprint["data_dir_exists"] is True
     assert footprint["not_vgpu"] is False
+
+
+# --- hypeman's own sentinel metrics (docs/hypeman-versions.md) --------------------------------
+
+
+class _MetricsServer(object):
+    """hypeman's /metrics as tests/sim/metrics.py renders it."""
+
+    def __init__(self, text):
+        import threading
+        from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+        body = text.encode()
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *args):
+                pass
+
+            def do_GET(self):  # noqa: N802
+                self.send_response(200)
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
+        self.url = "http://127.0.0.1:%d/metrics" % self.httpd.server_address[1]
+
+    def close(self):
+        self.httpd.shutdown()
+        self.httpd.server_close()
+
+
+def _vsock_guest(tree):
+    from ansible_collections.hypeman.vgpu.tests.sim import guestlog
+    logs = os.path.join(tree.data_dir, "guests", "vm", "logs")
+    os.makedirs(logs, exist_ok=True)
+    guestlog.append(os.path.join(logs, "app.log"), guestlog.vsock_ok_line(1788177627000000000))
+
+
+def _text(checks, quarantined_vfs=16, uptime=600):
+    from ansible_collections.hypeman.vgpu.tests.sim import metrics as sim_metrics
+    counters = sim_metrics.SentinelCounters()
+    counters.checks.update(checks)
+    return sim_metrics.render(counters, "v0.9.0", uptime, quarantined_vfs, False)
+
+
+def _codes(result):
+    return [i["code"] for i in result["issues"]]
+
+
+def test_vsock_guests_without_metrics_are_an_incomplete_sentinel(tree, capsys):
+    _vsock_guest(tree)
+    result = run(tree, capsys)
+    assert result["sentinel"]["sentinel_mode"] == "vsock" and result["sentinel"]["log_evidence"] == "none"
+    assert "sentinel_evidence_incomplete" in _codes(result)
+
+
+def test_metrics_decide_the_mode_and_cover_the_host(tree, capsys):
+    _vsock_guest(tree)
+    server = _MetricsServer(_text({"ok": 30}))
+    try:
+        result = run(tree, capsys, metrics_url=server.url)
+    finally:
+        server.close()
+    assert result["metrics"]["error"] is None
+    assert result["metrics"]["sample"]["checks"] == {"ok": 30.0}
+    assert result["metrics"]["sample"]["version"] == "v0.9.0"
+    assert result["sentinel"]["sentinel_mode"] == "vsock" and "checks_total" in result["sentinel"]["sentinel_mode_reason"]
+    assert result["metrics"]["store_quarantined"] == len(tree.cards["0000:83:00.0"].vfs) == 16
+    codes = _codes(result)
+    assert "sentinel_evidence_incomplete" not in codes and "sentinel_coverage_lost" not in codes
+    assert "quarantine_count_mismatch" not in codes
+
+
+def test_growing_rpc_errors_since_the_kept_sample_are_coverage_lost(tree, capsys):
+    import json
+    _vsock_guest(tree)
+    previous = {"taken_at": 1.0, "version": "v0.9.0", "uptime_seconds": 100.0, "checks": {"ok": 10.0},
+                "init_failures": None, "quarantines": None, "quarantined_vfs": 16.0, "store_unavailable": 0.0}
+    os.makedirs(tree.state_dir, exist_ok=True)
+    with open(os.path.join(tree.state_dir, "sentinel-metrics.json"), "w") as handle:
+        json.dump(previous, handle)
+    server = _MetricsServer(_text({"ok": 10, "unsupported_agent": 40}, quarantined_vfs=3))
+    try:
+        result = run(tree, capsys, metrics_url=server.url)
+    finally:
+        server.close()
+    assert result["metrics"]["previous"] == previous
+    assert result["metrics"]["coverage_problems"] == ["40 unsupported_agent check(s) since the previous sample"]
+    codes = _codes(result)
+    assert "sentinel_coverage_lost" in codes and "quarantine_count_mismatch" in codes
+    assert result["needs_action"] is True
+
+
+def test_unreachable_metrics_are_an_issue_and_a_bad_url_fails(tree, capsys):
+    result = run(tree, capsys, metrics_url="http://127.0.0.1:9/metrics", metrics_timeout=2)
+    assert "metrics_unreadable" in _codes(result) and result["metrics"]["sample"] is None
+    failed = run(tree, capsys, metrics_url="file:///etc/passwd")
+    assert failed["failed"] and "metrics_url 'file:///etc/passwd' is not an http://" in failed["msg"]
+    failed = run(tree, capsys, metrics_url="http://127.0.0.1:9/metrics", metrics_timeout=0)
+    assert failed["failed"] and "metrics_timeout is 0" in failed["msg"]
+
+
+def test_a_hostile_previous_sample_is_ignored_with_a_warning(tree, capsys):
+    os.makedirs(tree.state_dir, exist_ok=True)
+    os.mkfifo(os.path.join(tree.state_dir, "sentinel-metrics.json"))
+    server = _MetricsServer(_text({"ok": 1}))
+    try:
+        result = run(tree, capsys, metrics_url=server.url)
+    finally:
+        server.close()
+    assert result["metrics"]["previous"] is None and "sentinel-metrics.json" in result["metrics"]["previous_error"]

@@ -324,3 +324,65 @@ def test_recording_warns_when_it_cannot_tell_whether_hypeman_runs(host, capsys, 
     assert result["changed"] is True and host.vf in host.records()
     assert result["warning_texts"] == ["could not tell whether hypeman is running: cannot list processes in %s: "
                                        "Permission denied" % host.tree.proc_root]
+
+
+# --- sentinel mode: marker era or vsock era (docs/hypeman-versions.md) ---------------------------
+
+
+def test_marker_era_guest_makes_a_marker_host_with_complete_evidence(host, capsys):
+    app = host.boot("inst-a", CLAIMED_NS)
+    guestlog.append(app, guestlog.report("ok", CLAIMED_NS + 27 * SEC))
+    result = host.run(capsys)
+    assert result["sentinel_mode"] == "markers"
+    assert result["instance_modes"] == [{"instance_id": "inst-a", "sentinel_mode": "markers",
+                                         "sentinel_mode_reason": result["instance_modes"][0]["sentinel_mode_reason"]}]
+    assert result["log_evidence"] == "complete"
+    assert not any("evidence" in text for text in result["warning_texts"])
+
+
+def test_vsock_era_guests_are_not_silence_and_are_never_recorded(host, capsys):
+    app = host.boot("inst-a", CLAIMED_NS)
+    guestlog.append(app, guestlog.noise(5) + guestlog.vsock_failed_line(CLAIMED_NS + 27 * SEC))
+    result = host.run(capsys, record=True)
+    assert result["findings"] == [] and result["changed"] is False
+    assert result["sentinel_mode"] == "vsock"
+    assert result["instance_modes"][0]["sentinel_mode"] == "vsock"
+    assert result["log_evidence"] == "none"
+    assert any("does not mean healthy" in text for text in result["warning_texts"])
+    assert host.store() is None
+
+
+def test_stated_vsock_mode_skips_recording_markers_hypeman_records_itself(host, capsys):
+    app = host.boot("inst-a", CLAIMED_NS)
+    guestlog.append(app, guestlog.report("failed", CLAIMED_NS + 27 * SEC))
+    result = host.run(capsys, record=True, sentinel_mode="vsock")
+    assert result["sentinel_mode"] == "vsock" and "option" in result["sentinel_mode_reason"]
+    assert result["outcomes"] == [] and result["changed"] is False
+    assert result["record_skipped"].startswith("not recorded")
+    assert any(text.startswith("not recorded") for text in result["warning_texts"])
+    assert host.store() is None
+    # The verdict stays standing: a later run in marker mode still reports it.
+    again = host.run(capsys, record=True, sentinel_mode="markers")
+    assert _outcomes(again) == [("inst-a", "failure", "recorded")] and again["record_skipped"] is None
+
+
+def test_a_guest_without_lines_of_either_era_leaves_the_mode_unknown(host, capsys):
+    app = host.boot("inst-a", CLAIMED_NS)
+    guestlog.append(app, guestlog.noise(3))
+    result = host.run(capsys)
+    assert result["sentinel_mode"] == "unknown" and result["log_evidence"] == "none"
+    assert "metrics_url" in result["sentinel_mode_reason"]
+    assert any("does not mean healthy" in text for text in result["warning_texts"])
+
+
+def test_mixed_guests_leave_the_host_unknown_but_keep_the_marker_guests_judged(host, capsys):
+    old = host.boot("inst-old", CLAIMED_NS)
+    guestlog.append(old, guestlog.report("failed", CLAIMED_NS + 27 * SEC))
+    new = host.boot("inst-new", CLAIMED_NS, vf_index=1)
+    guestlog.append(new, guestlog.vsock_ok_line(CLAIMED_NS + 27 * SEC))
+    result = host.run(capsys)
+    modes = dict((e["instance_id"], e["sentinel_mode"]) for e in result["instance_modes"])
+    assert modes == {"inst-old": "markers", "inst-new": "vsock"}
+    assert result["sentinel_mode"] == "unknown" and "disagree" in result["sentinel_mode_reason"]
+    assert result["log_evidence"] == "partial"
+    assert [f["instance_id"] for f in result["findings"]] == ["inst-old"]

@@ -258,3 +258,52 @@ def test_prometheus_textfile(entries):
 def test_json_round_trip(entries):
     report = fr.build_report(entries)
     assert json.loads(fr.to_json(report)) == report
+
+
+# --- hypeman's sentinel: mode and its own metrics (docs/hypeman-versions.md) ----------------------
+
+
+def _with_sentinel(result, mode, sample=None, problems=(), store_quarantined=None):
+    result["sentinel"].update(sentinel_mode=mode, sentinel_mode_reason="because", instance_modes=[],
+                              log_evidence="none" if mode != "markers" else "complete", log_evidence_reason="r",
+                              watched_instances=1)
+    if sample is not None:
+        result["metrics"] = {"url": "http://127.0.0.1:9464/metrics", "error": None, "sample": sample,
+                             "previous": None, "previous_error": None, "coverage_problems": list(problems),
+                             "store_quarantined": store_quarantined}
+    return result
+
+
+def _sample(checks):
+    return {"taken_at": 1.0, "version": "v0.9.0", "uptime_seconds": 60.0, "checks": checks, "init_failures": 2.0,
+            "quarantines": 1.0, "quarantined_vfs": 1.0, "store_unavailable": 0.0}
+
+
+def test_sentinel_modes_and_coverage_lost_are_counted_rendered_and_usable_as_policies():
+    lost = _with_sentinel(audit_result([issue("warning", "sentinel_coverage_lost")]), "vsock",
+                          _sample({"ok": 10.0, "rpc_error": 3.0}), ["3 rpc_error check(s) since the previous sample"], 1)
+    entries = [fr.host_entry(lost, "vsock-host"),
+               fr.host_entry(_with_sentinel(audit_result(), "markers"), "marker-host"),
+               fr.host_entry(_with_sentinel(audit_result(), "unknown"), "unknown-host"),
+               fr.host_entry(audit_result(), "old-audit")]
+    report = fr.build_report(entries, policies=["sentinel_coverage_lost"])
+    summary = report["summary"]
+    assert (summary["hosts_sentinel_markers"], summary["hosts_sentinel_vsock"], summary["hosts_sentinel_unknown"]) \
+        == (1, 1, 1)
+    assert summary["hosts_sentinel_coverage_lost"] == 1 and summary["sentinel_coverage_lost"] == ["vsock-host"]
+    assert [v["policy"] for v in report["policy"]["violations"]] == ["sentinel_coverage_lost"]
+    assert fr.build_report(entries, policies=["hosts_sentinel_unknown > 0"])["summary"]["failed_policy"]
+    markdown = fr.render_markdown(report)
+    assert "Sentinel: sentinel vsock (because); hypeman v0.9.0 checks ok 10, rpc_error 3" in markdown
+    assert "quarantined VFs 1 (store 1)" in markdown
+    assert "sentinel markers (because)" in markdown
+    assert "hypeman v0.9.0 checks ok 10" in fr.render_html(report)
+    by_host = dict((e["host"], e) for e in report["hosts"])
+    text = fr.render_prometheus(by_host["vsock-host"])
+    for line in ('hypeman_vgpu_sentinel_mode{mode="vsock"} 1', 'hypeman_vgpu_sentinel_mode{mode="markers"} 0',
+                 'hypeman_vgpu_hypeman_sentinel_checks{result="rpc_error"} 3.0', "hypeman_vgpu_hypeman_quarantined_vfs 1.0",
+                 "hypeman_vgpu_hypeman_sentinel_init_failures 2.0", "hypeman_vgpu_sentinel_coverage_lost 1",
+                 "hypeman_vgpu_hypeman_metrics_readable 1"):
+        assert line + "\n" in text, line
+    assert "hypeman_metrics_readable" not in fr.render_prometheus(by_host["marker-host"])
+    assert "sentinel_mode" not in fr.render_prometheus(by_host["old-audit"])

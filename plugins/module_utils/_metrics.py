@@ -1,0 +1,300 @@
+# -*- coding: utf-8 -*-
+# Copyright: hypeman.vgpu contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""hypeman's own sentinel metrics, read from its Prometheus endpoint (stdlib only).
+
+hypeman always serves its OTel metrics for Prometheus on ``/metrics``
+(``metrics.listen_address`` 127.0.0.1, ``metrics.port`` 9464) and, with
+``otel.enabled``, also pushes them over OTLP; only the pull endpoint can be
+read from the host (docs/hypeman-interface.md §5.4, §5.6). This helper GETs it
+with a whole-request deadline and a size cap, parses the text exposition
+format strictly (a malformed line is an error naming it, never a traceback),
+and keeps the five sentinel series plus hypeman's version and uptime.
+
+``coverage_problems`` compares a sample with the previous one (kept by the
+fleet_reconcile role in ``<state_dir>/sentinel-metrics.json``) to tell
+whether hypeman's sentinel lost sight of its guests.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+import threading
+import time
+from http.client import HTTPConnection, HTTPSConnection
+from urllib.parse import urlsplit
+
+RESPONSE_LIMIT = 8 * 1024 * 1024  # hypeman's /metrics is some hundred KiB (Go runtime, HTTP histograms)
+MAX_SERIES = 200000
+SAMPLE_FILE = "sentinel-metrics.json"
+SAMPLE_LIMIT = 64 * 1024
+_CHUNK = 65536
+
+CHECKS = "hypeman_instances_vgpu_sentinel_checks_total"
+INIT_FAILURES = "hypeman_instances_vgpu_sentinel_init_failures_total"
+QUARANTINES = "hypeman_instances_vgpu_sentinel_quarantines_total"
+QUARANTINED_VFS = "hypeman_instances_vgpu_quarantined_vfs"
+STORE_UNAVAILABLE = "hypeman_instances_vgpu_vf_health_store_unavailable"
+INFO = "hypeman_info"
+UPTIME = "hypeman_uptime_seconds"
+WANTED = (CHECKS, INIT_FAILURES, QUARANTINES, QUARANTINED_VFS, STORE_UNAVAILABLE, INFO, UPTIME)
+CHECK_RESULTS = ("ok", "failed", "unknown", "rpc_error", "list_error", "unsupported_agent")
+# Check results that mean the sentinel could not look at a guest (or at the instance list).
+BLIND_RESULTS = ("rpc_error", "list_error", "unsupported_agent")
+POLL_SECONDS = 5  # hypeman's sentinel polls every guest every 5 s
+
+_NAME = r"[a-zA-Z_:][a-zA-Z0-9_:]*"
+_SAMPLE_RE = re.compile(r"(" + _NAME + r")(?:\{(.*)\})?[ \t]+(\S+)(?:[ \t]+(-?[0-9]+))?[ \t]*")
+_LABEL_RE = re.compile(r"[ \t]*([a-zA-Z_][a-zA-Z0-9_]*)[ \t]*=[ \t]*\"((?:[^\"\\\n]|\\[\\\"n])*)\"[ \t]*(,|$)")
+_UNESCAPE = {"\\\\": "\\", "\\\"": "\"", "\\n": "\n"}
+
+
+class MetricsError(Exception):
+    """The endpoint's answer is not Prometheus text; the message names the line."""
+
+
+def url_problem(url):
+    """Why ``url`` cannot be hypeman's metrics endpoint, or None."""
+    if not isinstance(url, str) or "\x00" in url or not re.match(r"^https?://[^/\s]+(/\S*)?$", url):
+        return "metrics_url %r is not an http:// or https:// URL; expected e.g. http://127.0.0.1:9464/metrics" % (
+            url if not isinstance(url, str) else url[:200],)
+    return None
+
+
+def fetch(url, timeout=10, limit=RESPONSE_LIMIT):
+    """``{url, reachable, status, error, text}`` of ``GET url``; never raises, never hangs.
+
+    ``timeout`` bounds the whole request (a server that trickles bytes is cut
+    off); more than ``limit`` bytes, a non-200 status, a non-HTTP(S) URL or
+    an answer that is not UTF-8 is an ``error``.
+    """
+    result = {"url": url, "reachable": False, "status": None, "error": None, "text": None}
+    problem = url_problem(url)
+    if problem:
+        result["error"] = problem
+        return result
+    worker = threading.Thread(target=_request, args=(result, url, timeout, limit), name="hypeman-metrics",
+                              daemon=True)
+    worker.start()
+    worker.join(timeout)
+    if worker.is_alive():
+        return dict(result, text=None, error="GET %s: no complete answer within %s seconds" % (url, timeout))
+    return result
+
+
+def _request(result, url, timeout, limit):
+    # http.client, not urllib: one plain GET, no redirects to follow, no proxy from the environment.
+    parts = urlsplit(url)
+    connection = None
+    try:
+        connection_class = HTTPSConnection if parts.scheme == "https" else HTTPConnection
+        connection = connection_class(parts.hostname, parts.port, timeout=timeout)
+        target = (parts.path or "/") + ("?" + parts.query if parts.query else "")
+        connection.request("GET", target, headers={"Accept": "text/plain;version=0.0.4"})
+        response = connection.getresponse()
+        result["reachable"] = True
+        result["status"] = response.status
+        if response.status != 200:
+            result["error"] = "GET %s: HTTP %d %s; expected hypeman's Prometheus metrics" % (
+                url, response.status, response.reason)
+            return
+        chunks, total = [], 0
+        while True:
+            chunk = response.read(min(_CHUNK, limit + 1 - total))
+            if not chunk:
+                break
+            total += len(chunk)
+            if total > limit:
+                result["error"] = "GET %s: the answer is larger than %d bytes; expected hypeman's metrics" % (
+                    url, limit)
+                return
+            chunks.append(chunk)
+        try:
+            result["text"] = b"".join(chunks).decode("utf-8")
+        except UnicodeDecodeError as err:
+            result["error"] = "GET %s: the answer is not UTF-8 text (byte %d)" % (url, err.start)
+    except Exception as err:  # pylint: disable=broad-except  # refused, reset, TLS, bad status line, timeout
+        result["error"] = "GET %s: %s" % (url, getattr(err, "strerror", None) or err or type(err).__name__)
+    finally:
+        if connection is not None:
+            connection.close()
+
+
+def _parse_value(text, lineno):
+    lowered = text.lower()
+    if lowered in ("+inf", "inf"):
+        return math.inf
+    if lowered == "-inf":
+        return -math.inf
+    if lowered == "nan":
+        return math.nan
+    try:
+        return float(text)
+    except ValueError:
+        raise MetricsError("line %d: value %r is not a number" % (lineno, text[:40]))
+
+
+def _parse_labels(text, lineno):
+    labels = {}
+    rest = text
+    while rest.strip():
+        match = _LABEL_RE.match(rest)
+        if not match:
+            raise MetricsError("line %d: cannot parse the labels {%s}" % (lineno, text[:80]))
+        value = re.sub(r"\\[\\\"n]", lambda m: _UNESCAPE[m.group(0)], match.group(2))
+        labels[match.group(1)] = value
+        rest = rest[match.end():]
+        if match.group(3) == "":
+            break
+    if rest.strip():
+        raise MetricsError("line %d: text after the labels: %r" % (lineno, rest[:40]))
+    return labels
+
+
+def parse(text, wanted=WANTED, max_series=MAX_SERIES):
+    """``{name: [(labels, value), ...]}`` of the ``wanted`` families in Prometheus text format.
+
+    Every line is checked, not only the wanted ones: an answer with one
+    malformed line is not hypeman's metrics. Raises :class:`MetricsError`.
+    """
+    families = dict((name, []) for name in wanted)
+    series = 0
+    for lineno, line in enumerate(text.split("\n"), 1):
+        line = line.rstrip("\r")
+        if not line.strip() or line.startswith("#"):
+            continue
+        match = _SAMPLE_RE.fullmatch(line)
+        if not match:
+            raise MetricsError("line %d is not a Prometheus sample: %r" % (lineno, line[:80]))
+        series += 1
+        if series > max_series:
+            raise MetricsError("more than %d series; expected hypeman's metrics" % max_series)
+        name, labels, value = match.group(1), match.group(2), match.group(3)
+        labels = _parse_labels(labels, lineno) if labels else {}
+        value = _parse_value(value, lineno)
+        if name in families:
+            families[name].append((labels, value))
+    return families
+
+
+def _total(series):
+    values = [value for _labels, value in series if not math.isnan(value)]
+    return sum(values) if values else None
+
+
+def sentinel_sample(families, taken_at=None):
+    """The sentinel's numbers from parsed families (None where hypeman exports nothing).
+
+    ``checks`` maps each ``result`` to its count, summed over other labels
+    (the OTel exporter adds ``otel_scope_*``); None when hypeman exports no
+    check counter at all (a marker-era hypeman, or nothing polled yet).
+    """
+    checks = None
+    if families.get(CHECKS):
+        checks = {}
+        for labels, value in families[CHECKS]:
+            if math.isnan(value):
+                continue
+            result = labels.get("result", "")
+            checks[result] = checks.get(result, 0.0) + value
+    version = None
+    for labels, _value in families.get(INFO) or []:
+        version = labels.get("service_version") or labels.get("version") or version
+    return {
+        "taken_at": time.time() if taken_at is None else taken_at,
+        "version": version,
+        "uptime_seconds": _total(families.get(UPTIME) or []),
+        "checks": checks,
+        "init_failures": _total(families.get(INIT_FAILURES) or []),
+        "quarantines": _total(families.get(QUARANTINES) or []),
+        "quarantined_vfs": _total(families.get(QUARANTINED_VFS) or []),
+        "store_unavailable": _total(families.get(STORE_UNAVAILABLE) or []),
+    }
+
+
+def read_sentinel_metrics(url, timeout=10):
+    """``{url, error, sample}``: hypeman's sentinel sample, or the error in words."""
+    answer = fetch(url, timeout)
+    if answer["error"]:
+        return {"url": url, "error": answer["error"], "sample": None}
+    try:
+        families = parse(answer["text"])
+    except MetricsError as err:
+        return {"url": url, "error": "GET %s: not Prometheus metrics: %s" % (url, err), "sample": None}
+    return {"url": url, "error": None, "sample": sentinel_sample(families)}
+
+
+def _number(value):
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def valid_sample(sample):
+    """Whether a stored previous sample has the shape :func:`sentinel_sample` gives (else it is ignored)."""
+    if not isinstance(sample, dict) or not _number(sample.get("taken_at")):
+        return False
+    for key in ("uptime_seconds", "init_failures", "quarantines", "quarantined_vfs", "store_unavailable"):
+        if sample.get(key) is not None and not _number(sample[key]):
+            return False
+    checks = sample.get("checks")
+    if checks is not None and not (isinstance(checks, dict) and all(
+            isinstance(key, str) and _number(value) for key, value in checks.items())):
+        return False
+    return True
+
+
+def decode_sample(data):
+    """A previous sample from the bytes of ``SAMPLE_FILE``; ``(sample, error)``."""
+    try:
+        sample = json.loads(data.decode("utf-8"))
+    except (UnicodeDecodeError, ValueError, RecursionError) as err:
+        return None, "not JSON: %s" % err
+    if not valid_sample(sample):
+        return None, "not a sentinel metrics sample"
+    return sample, None
+
+
+def coverage_problems(previous, current, targets):
+    """Why hypeman's sentinel lost coverage between two samples (empty: nothing lost or cannot tell).
+
+    ``targets``: vendor-VFIO vGPU instances the sentinel should poll (None:
+    unknown). A counter that went down means hypeman restarted: the current
+    values are then the growth since the restart.
+    """
+    if previous is None or current is None:
+        return []
+    problems = []
+    restarted = _restarted(previous, current)
+    old_checks = {} if restarted else (previous.get("checks") or {})
+    new_checks = current.get("checks")
+    for result in BLIND_RESULTS:
+        grew = (new_checks or {}).get(result, 0) - old_checks.get(result, 0)
+        if grew > 0:
+            problems.append("%d %s check(s) since the previous sample" % (grew, result))
+    elapsed = _elapsed(previous, current, restarted)
+    if targets and elapsed is not None and elapsed >= 3 * POLL_SECONDS:
+        if new_checks is None and previous.get("checks") is not None:
+            problems.append("hypeman no longer exports sentinel checks although %d instance(s) hold a "
+                            "vendor-VFIO vGPU" % targets)
+        elif new_checks is not None and sum(new_checks.values()) - sum(old_checks.values()) <= 0:
+            problems.append("no sentinel check in %d s although %d instance(s) hold a vendor-VFIO vGPU"
+                            % (elapsed, targets))
+    return problems
+
+
+def _restarted(previous, current):
+    old, new = previous.get("uptime_seconds"), current.get("uptime_seconds")
+    if _number(old) and _number(new):
+        return new < old
+    old_checks, new_checks = previous.get("checks") or {}, current.get("checks") or {}
+    return any(new_checks.get(result, 0) < value for result, value in old_checks.items())
+
+
+def _elapsed(previous, current, restarted):
+    old, new = previous.get("uptime_seconds"), current.get("uptime_seconds")
+    if _number(old) and _number(new):
+        return new if restarted else new - old
+    if _number(previous.get("taken_at")) and _number(current.get("taken_at")):
+        return current["taken_at"] - previous["taken_at"]
+    return None
