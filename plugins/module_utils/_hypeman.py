@@ -16,9 +16,10 @@ import json
 import os
 import re
 
-from ansible_collections.hypeman.vgpu.plugins.module_utils import _gotime, _proc, _store
+from ansible_collections.hypeman.vgpu.plugins.module_utils import _gotime, _proc
 from ansible_collections.hypeman.vgpu.plugins.module_utils._errors import VgpuError
 from ansible_collections.hypeman.vgpu.plugins.module_utils._fileio import is_within, read_bytes, read_bytes_within
+from ansible_collections.hypeman.vgpu.plugins.module_utils._pci import normalize_address
 
 DEFAULT_QUARANTINE_THRESHOLD = 2  # hypeman's defaultVFQuarantineThreshold
 # hypeman's config and an instance's metadata are a few KiB; anything past these caps is not theirs.
@@ -252,7 +253,7 @@ def _pci_basename(device_path):
     if not device_path:
         return None
     try:
-        return _store.normalize_vf_address(os.path.basename(device_path.rstrip("/")))
+        return normalize_address(os.path.basename(device_path.rstrip("/")))
     except (VgpuError, ValueError, TypeError, AttributeError):
         return None
 

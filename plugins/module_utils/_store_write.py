@@ -21,9 +21,9 @@ import stat
 from ansible_collections.hypeman.vgpu.plugins.module_utils import _gotime, _safedir
 from ansible_collections.hypeman.vgpu.plugins.module_utils._errors import VgpuError
 from ansible_collections.hypeman.vgpu.plugins.module_utils._fileio import HostFileError, file_kind
+from ansible_collections.hypeman.vgpu.plugins.module_utils._pci import normalize_address
 from ansible_collections.hypeman.vgpu.plugins.module_utils._store import (
-    Failure, GoSyntaxError, JsonNumber, JsonObject, Record, go_fold, json_tree, load_store, normalize_vf_address,
-    raw_text,
+    Failure, GoSyntaxError, JsonNumber, JsonObject, Record, go_fold, json_tree, load_store, raw_text,
 )
 
 TMP_SUFFIX = ".tmp"  # hypeman: tmp := s.path + ".tmp"
@@ -70,7 +70,7 @@ def recover_records(raw, now=None):
         if not isinstance(address, str) or isinstance(address, JsonNumber):
             continue
         try:
-            address = normalize_vf_address(str(address))
+            address = normalize_address(str(address))
         except VgpuError:
             continue
         quarantined_at = _recover_time(fields.get("QUARANTINED_AT"))
@@ -90,7 +90,7 @@ def recover_records(raw, now=None):
     if raw:
         text = raw.decode("utf-8", "replace")
         for match in _RECOVER_ADDRESS_RE.finditer(text):
-            address = normalize_vf_address(match.group(1))
+            address = normalize_address(match.group(1))
             if address not in records:
                 records[address] = Record(address, (), now)
     return records

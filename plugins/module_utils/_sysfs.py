@@ -8,8 +8,8 @@ Reads the files hypeman reads (``lib/devices/vendor_vfio_linux.go``,
 files of the parent GPUs (``sriov_totalvfs``, ``sriov_numvfs``, ``virtfn*``)
 that operators and the SR-IOV cycle need. Nothing here writes to sysfs.
 
-Addresses are normalised (lowercase, 4-digit domain) with the store's
-normaliser so they compare equal to store records and inputs.
+Addresses are normalised (lowercase, 4-digit domain) by ``_pci``, as store
+records and inputs are, so they compare equal.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ import re
 
 from ansible_collections.hypeman.vgpu.plugins.module_utils._errors import VgpuError
 from ansible_collections.hypeman.vgpu.plugins.module_utils._fileio import is_within, read_bytes
-from ansible_collections.hypeman.vgpu.plugins.module_utils._store import normalize_vf_address
+from ansible_collections.hypeman.vgpu.plugins.module_utils._pci import canonical_address, normalize_address
 
 FRAMEWORK_MDEV = "mdev"
 FRAMEWORK_VENDOR_VFIO = "vendor-vfio"
@@ -41,23 +41,10 @@ def pci_devices_dir(sysfs_root):
     return os.path.join(sysfs_root, "bus", "pci", "devices")
 
 
-_CANONICAL_RE = re.compile(r"^[0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]$")
-
-
-def canonical_address(name):
-    """Normalised PCI address of a sysfs entry name, or the name itself if it is none."""
-    if _CANONICAL_RE.match(name):
-        return name  # already canonical: the common case, kept cheap for big hosts
-    try:
-        return normalize_vf_address(name)
-    except (VgpuError, ValueError, TypeError, AttributeError):
-        return name
-
-
 def normalize_card_address(value, option="parent_gpu"):
     """Normalise a user-given PCI address of a card; VgpuError naming the option otherwise."""
     try:
-        return normalize_vf_address(value)
+        return normalize_address(value)
     except VgpuError:
         hint = ""
         if not isinstance(value, str) or value.replace(".", "", 1).isdigit():

@@ -345,7 +345,7 @@ from ansible_collections.hypeman.vgpu.plugins.module_utils._errors import VgpuEr
 from ansible_collections.hypeman.vgpu.plugins.module_utils._module import host_path_spec, new_module, run_module, store_path
 from ansible_collections.hypeman.vgpu.plugins.module_utils._hypeman import (
     resolve_threshold, warn_if_store_edited_while_running)
-from ansible_collections.hypeman.vgpu.plugins.module_utils import _gotime, _ledger, _store, _store_write, _sysfs
+from ansible_collections.hypeman.vgpu.plugins.module_utils import _gotime, _ledger, _pci, _store, _store_write, _sysfs
 
 
 # States that record something about a VF: the VF must exist (a typo would become a record).
@@ -353,7 +353,7 @@ STATES_NEEDING_HOST_VFS = ("failed", "succeeded", "quarantined")
 
 
 def card_address(params):
-    return _store.normalize_vf_address(params["parent_gpu"], "GPU", "0000:82:00.0")
+    return _pci.normalize_address(params["parent_gpu"], "GPU", "0000:82:00.0")
 
 
 def target_vfs(params, ledger):
@@ -362,7 +362,7 @@ def target_vfs(params, ledger):
     if params["vf_addresses"] is not None:
         seen, result = set(), []
         for text in params["vf_addresses"]:
-            address = _store.normalize_vf_address(text)
+            address = _pci.normalize_address(text)
             if address not in seen:
                 seen.add(address)
                 result.append(address)
@@ -666,7 +666,7 @@ def check_inputs(module):
         if not params["vf_addresses"]:
             raise VgpuError("vf_addresses is empty; expected at least one VF PCI address like 0000:82:00.4")
         for text in params["vf_addresses"]:
-            _store.normalize_vf_address(text)
+            _pci.normalize_address(text)
     if has_parent:
         card_address(params)
 

@@ -35,16 +35,17 @@ LAYERED = {
     "_cmd": set(),
     "_gojson": {"_govalues"},
     "_govalues": set(),
-    "_hypeman": {"_proc", "_store"},
+    "_hypeman": {"_pci", "_proc"},
     "_ledger": {"_safedir"},
     "_module": set(),
+    "_pci": set(),
     "_safedir": set(),
     "_placement": {"_hypeman", "_proc", "_store", "_sysfs"},
     "_proc": {"_sysfs"},
     "_sentinel": {"_hypeman", "_safedir"},
-    "_store": {"_gojson", "_govalues"},
-    "_store_write": {"_safedir", "_store"},
-    "_sysfs": {"_store"},
+    "_store": {"_gojson", "_govalues", "_pci"},
+    "_store_write": {"_pci", "_safedir", "_store"},
+    "_sysfs": {"_pci"},
 }
 
 ALLOWED = dict((name, set(FOUNDATION)) for name in LAYERED)
