@@ -20,6 +20,7 @@ import re
 
 from ansible_collections.hypeman.vgpu.plugins.module_utils._errors import VgpuError
 from ansible_collections.hypeman.vgpu.plugins.module_utils._fileio import is_within, read_bytes
+from ansible_collections.hypeman.vgpu.plugins.module_utils._govalues import go_quote
 from ansible_collections.hypeman.vgpu.plugins.module_utils._pci import canonical_address, normalize_address
 
 FRAMEWORK_MDEV = "mdev"
@@ -138,9 +139,10 @@ def parse_creatable(text):
 
 
 def _go_quote(text):
+    """Go's ``%q`` of a sysfs value, cut to ``_QUOTE_LIMIT`` characters (a bad attribute can be a page of garbage)."""
     if len(text) > _QUOTE_LIMIT:
         text = text[:_QUOTE_LIMIT] + "..."
-    return '"%s"' % text.replace("\\", "\\\\").replace('"', '\\"')
+    return go_quote(text)
 
 
 def read_current_type(path):

@@ -40,12 +40,12 @@ LAYERED = {
     "_module": set(),
     "_pci": set(),
     "_safedir": set(),
-    "_placement": {"_hypeman", "_proc", "_store", "_sysfs"},
+    "_placement": {"_govalues", "_hypeman", "_proc", "_store", "_sysfs"},
     "_proc": {"_sysfs"},
     "_sentinel": {"_hypeman", "_safedir"},
     "_store": {"_gojson", "_govalues", "_pci"},
     "_store_write": {"_pci", "_safedir", "_store"},
-    "_sysfs": {"_pci"},
+    "_sysfs": {"_govalues", "_pci"},
 }
 
 ALLOWED = dict((name, set(FOUNDATION)) for name in LAYERED)

@@ -295,6 +295,19 @@ def test_no_candidate_reasons(tree, setup, profile, reason):
     assert candidates["reason"] == reason and candidates["gpu"] is None and candidates["vfs"] == []
 
 
+@pytest.mark.parametrize("profile, quoted", [
+    ("L40S-2Q \u00e9", '"L40S-2Q \u00e9"'),        # Go prints printable non-ASCII as it is (JSON would escape it)
+    ("a\x01b", '"a\\x01b"'),                        # a control character is \x01, not JSON's \u0001
+    ("a\u2028b", '"a\\u2028b"'),                    # a non-printable rune is \u2028
+])
+def test_no_candidate_reasons_quote_the_profile_like_gos_q(tree, profile, quoted):
+    card = tree.add_card("L40S", "0000:82:00.0", numvfs=2, realistic=False)
+    tree.set_creatable(card.vfs[0], ["NVIDIA L40S-2Q"])
+    candidates = view(tree, profile=profile)["candidates"]
+    assert candidates["reason"] == ("profile %s is not creatable on any VF (unknown profile or insufficient capacity)"
+                                    % quoted)
+
+
 def test_unreadable_metadata_stops_hypemans_claim(tree):
     tree.add_card("L40S", "0000:82:00.0", numvfs=2)
     path = os.path.join(tree.data_dir, "guests", "broken", "metadata.json")

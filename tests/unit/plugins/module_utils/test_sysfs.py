@@ -39,6 +39,7 @@ def test_parse_creatable_only_header_is_empty():
     ("ID    : vGPU Name\n1147  :   \n", 'parse creatable vGPU types line 2: "1147  :"'),
     ("ID    : vGPU Name\nabc : NVIDIA L40S-1Q\n", 'parse vGPU type ID "abc"'),
     ("ID    : vGPU Name\n1_0 : NVIDIA L40S-1Q\n", 'parse vGPU type ID "1_0"'),  # Python int() would accept it
+    ("ID    : vGPU Name\nbad\tline\x7f\n", 'parse creatable vGPU types line 2: "bad\\tline\\x7f"'),  # Go's %q
 ])
 def test_parse_creatable_rejects_garbage_like_hypeman(text, message):
     with pytest.raises(ValueError) as err:
