@@ -258,6 +258,25 @@ def _pci_basename(device_path):
         return None
 
 
+def instance_vf(inst, vf_of_mdev):
+    """The VF an instance's metadata names, or None: the one rule every module uses.
+
+    vendor-VFIO: the basename of ``GPUDevicePath`` (``vf_address``). mdev: the
+    VF carrying the mdev named by ``GPUMdevUUID``, else by the basename of
+    ``GPUDevicePath`` (``/sys/bus/mdev/devices/<uuid>``, docs/hypeman-interface.md
+    §3.2), so metadata with an empty ``GPUMdevUUID`` still names its VF.
+    ``vf_of_mdev``: mdev UUID -> VF address or None (e.g. ``dict.get``).
+    """
+    if inst.get("vf_address"):
+        return inst["vf_address"]
+    device_path = inst.get("device_path")
+    for uuid in (inst.get("mdev_uuid"), os.path.basename(device_path.rstrip("/")) if device_path else None):
+        vf = vf_of_mdev(uuid) if uuid else None
+        if vf:
+            return vf
+    return None
+
+
 def instance_from_metadata(meta, metadata_path):
     """The instance dict other helpers rely on (see :func:`list_instances`)."""
     claim_field = None

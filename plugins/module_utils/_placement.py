@@ -135,9 +135,7 @@ class _Placement(object):
         for inst in self.instances:
             if not inst.get("device_path"):
                 continue
-            address = inst.get("vf_address") or mdev_owner.get(inst.get("mdev_uuid"))
-            if address is None and inst.get("device_path"):
-                address = mdev_owner.get(inst["device_path"].rstrip("/").rsplit("/", 1)[-1])
+            address = _hypeman.instance_vf(inst, mdev_owner.get)
             if address:
                 claims.setdefault(address, []).append(inst)
         return claims

@@ -508,9 +508,6 @@ def parent_of(sysfs_root, vf):
     return canonical_address(parent) if parent else None
 
 
-def mdev_vf(sysfs_root, uuid):
-    """VF address that carries an mdev, from ``bus/mdev/devices/<uuid>``, or None."""
-    for mdev in list_mdevs(sysfs_root):
-        if mdev["uuid"] == uuid:
-            return mdev["vf"]
-    return None
+def mdev_vfs(sysfs_root):
+    """mdev UUID -> the VF address that carries it (None when unknown), from ``bus/mdev/devices``."""
+    return dict((mdev["uuid"], mdev["vf"]) for mdev in list_mdevs(sysfs_root))

@@ -617,13 +617,13 @@ class Run(object):
             path = _hypeman.guests_dir(self.params["data_dir"])
             return [], [{"instance_id": None, "path": path, "error": err.msg}]
         mdev_vf = {}
-        if any(inst["mdev_uuid"] and not inst["vf_address"] for inst in instances):
-            mdev_vf = dict((m["uuid"], m["vf"]) for m in _sysfs.list_mdevs(self.sysfs_root))
+        if any(inst["device_path"] and not inst["vf_address"] for inst in instances):
+            mdev_vf = _sysfs.mdev_vfs(self.sysfs_root)
         card_vfs = set(snap.all_vf_addresses)
         claimed = []
         for inst in instances:
-            vf = inst["vf_address"] or mdev_vf.get(inst["mdev_uuid"])
-            if inst["device_path"] and vf in card_vfs:
+            vf = _hypeman.instance_vf(inst, mdev_vf.get) if inst["device_path"] else None
+            if vf in card_vfs:
                 claimed.append({"vf": vf, "instance_id": inst["id"], "name": inst["name"],
                                 "claim_field": inst["claim_field"], "metadata_path": inst["metadata_path"]})
         return claimed, unreadable

@@ -199,12 +199,10 @@ _OUTPUT_KEYS = ("id", "name", "profile", "framework", "device_path", "vf_address
                 "metadata_path")
 
 
-def _view(inst, sysfs_root):
+def _view(inst, sysfs_root, mdev_vf):
     view = dict((key, inst.get(key)) for key in _OUTPUT_KEYS if key != "parent_gpu")
     view["hypervisor"] = inst.get("hypervisor_type")
-    vf = inst.get("vf_address")
-    if vf is None and inst.get("mdev_uuid"):
-        vf = view["vf_address"] = _sysfs.mdev_vf(sysfs_root, inst["mdev_uuid"])
+    vf = view["vf_address"] = _hypeman.instance_vf(inst, mdev_vf.get)
     view["parent_gpu"] = _sysfs.parent_of(sysfs_root, vf) if vf else None
     return view
 
@@ -251,7 +249,10 @@ def _body(module):
     if unreadable:
         module.warn("%d instance metadata file(s) cannot be read: %s"
                     % (len(unreadable), ", ".join(entry["path"] for entry in unreadable)))
-    views = [_view(inst, params["sysfs_root"]) for inst in instances]
+    mdev_vf = {}
+    if any(not inst["vf_address"] and (inst["mdev_uuid"] or inst["device_path"]) for inst in instances):
+        mdev_vf = _sysfs.mdev_vfs(params["sysfs_root"])
+    views = [_view(inst, params["sysfs_root"], mdev_vf) for inst in instances]
     if params["api_url"]:
         # Only runs that cross-check load the HTTP stack.
         from ansible_collections.hypeman.vgpu.plugins.module_utils import _api

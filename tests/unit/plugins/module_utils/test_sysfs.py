@@ -252,4 +252,4 @@ def test_discover_mdev(tmp_path):
     assert [p["name"] for p in free["creatable"]] == ["NVIDIA L40S-2Q"]
     assert free["creatable"][0]["available"] == 1
     assert {"id": "nvidia-1148", "name": "NVIDIA L40S-2Q", "framebuffer_mb": 2048} in found.mdev_profiles
-    assert _sysfs.mdev_vf(tree.sysfs_root, tree.mdev_uuid(card.vfs[1])) == card.vfs[1]
+    assert _sysfs.mdev_vfs(tree.sysfs_root)[tree.mdev_uuid(card.vfs[1])] == card.vfs[1]
