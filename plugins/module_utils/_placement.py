@@ -15,7 +15,7 @@ Unknown is never reported as safe: a VF whose open-handle check failed is
 
 from __future__ import annotations
 
-from ansible_collections.hypeman.vgpu.plugins.module_utils import _hypeman, _proc, _store, _sysfs
+from ansible_collections.hypeman.vgpu.plugins.module_utils import _busy, _hypeman, _proc, _store, _sysfs
 from ansible_collections.hypeman.vgpu.plugins.module_utils._errors import VgpuError
 from ansible_collections.hypeman.vgpu.plugins.module_utils._govalues import go_quote
 
@@ -331,6 +331,7 @@ class _Placement(object):
                             % len(self.unreadable_metadata))
         if gpu is None:
             blockers.append("VFs without a readable physfn link: parent unknown")
+        busy_reasons = _busy.drain_reasons(sorted(set(live)), instances, held_open, self.unreadable_metadata)
         return {
             "address": gpu,
             "vendor_id": parent.get("vendor_id"),
@@ -356,6 +357,8 @@ class _Placement(object):
             "idle_blockers": blockers,
             "instances": instances,
             "live_instances": sorted(set(live)),
+            "busy": bool(busy_reasons),
+            "busy_reasons": busy_reasons,
             "errors": list(parent.get("errors", [])),
         }
 

@@ -280,6 +280,23 @@ gpus:
       description: Those whose VMM is live or might be (liveness ambiguous).
       type: list
       elements: str
+    busy:
+      description:
+        - Whether anything still holds the card, so that a drain must wait: an instance claims one of its VFs in
+          its metadata (live or stopped), a VF is held open or whether one is cannot be told, or some instance
+          metadata cannot be read. True exactly when RV(gpus[].busy_reasons) is not empty.
+      type: bool
+      sample: true
+    busy_reasons:
+      description:
+        - What holds the card, one line each, in this order. C(live instance <id>) and C(claim in the metadata of
+          stopped instance <id>) for each claiming instance; C(<N> VF(s) held open), or C(whether VFs are held
+          open cannot be told); C(unreadable instance metadata <path>) for each metadata file that cannot be read.
+        - This is what the C(hypeman.vgpu.gpu_drain) role waits for. C(hypeman.vgpu.gpu_sriov) applies the same
+          claims and held-open checks, and also refuses on allocated VFs and on holders of the card's device node.
+      type: list
+      elements: str
+      sample: ["live instance tz4a98xxat96iws9zmbrgj3a", "1 VF(s) held open"]
     errors:
       description: Unreadable card attributes.
       type: list
