@@ -282,9 +282,9 @@ gpus:
       elements: str
     busy:
       description:
-        - Whether anything still holds the card, so that a drain must wait: an instance claims one of its VFs in
-          its metadata (live or stopped), a VF is held open or whether one is cannot be told, or some instance
-          metadata cannot be read. True exactly when RV(gpus[].busy_reasons) is not empty.
+        - Whether anything still holds the card, so that a drain must wait. That is an instance claiming one of
+          its VFs in its metadata (live or stopped), a VF held open or one whose open handles cannot be told, or
+          instance metadata that cannot be read. True exactly when RV(gpus[].busy_reasons) is not empty.
       type: bool
       sample: true
     busy_reasons:
