@@ -457,19 +457,15 @@ class CursorStore(object):
     def lock(self):
         """Create the directory and hold an exclusive lock until :meth:`unlock`."""
         dir_fd = self._open_dir(create=True)
+        lock_path = os.path.join(self.directory, ".lock")
         try:
-            fd = os.open(".lock", os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK
-                         | getattr(os, "O_CLOEXEC", 0), 0o600, dir_fd=dir_fd)
-        except OSError as err:
+            fd, _info = _safedir.open_locked(dir_fd, ".lock", lock_path, 0o600, exact_mode=True)
+        except _safedir.OpenFailed as err:
             raise self._error(err)
-        try:
-            os.fchmod(fd, 0o600)  # O_CREAT's mode is cut by the umask
-            if not stat.S_ISREG(os.fstat(fd).st_mode):
-                raise OSError(errno.EINVAL, "%s is %s, not a regular file"
-                              % (os.path.join(self.directory, ".lock"), _fileio.file_kind(os.fstat(fd).st_mode)))
-            _safedir.lock_exclusive(fd, os.path.join(self.directory, ".lock"))  # another run waits, bounded
-        except OSError as err:
-            os.close(fd)
+        except _safedir.NotRegularFile as err:
+            raise CursorDirError("cannot lock sentinel state directory %s: %s %s"
+                                 % (self.directory, lock_path, err.strerror), state_dir=self.state_dir)
+        except OSError as err:  # another run holds it for the whole (bounded) wait, or flock failed
             raise CursorDirError("cannot lock sentinel state directory %s: %s"
                                  % (self.directory, err.strerror or err), state_dir=self.state_dir)
         self._lock_fd = fd
@@ -538,17 +534,8 @@ class CursorStore(object):
                 os.unlink(tmp, dir_fd=dir_fd)
             except FileNotFoundError:
                 pass
-            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0),
-                         0o600, dir_fd=dir_fd)
-            try:
-                os.fchmod(fd, 0o600)
-                view = memoryview(data)
-                while view:
-                    view = view[os.write(fd, view):]
-                os.fsync(fd)
-            finally:
-                os.close(fd)
-            os.rename(tmp, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
+            # The directory is fsynced once after all cursors of a run (sync()).
+            _safedir.replace_file(dir_fd, name, tmp, data, 0o600, sync_dir=False)
         except OSError as err:
             try:
                 os.unlink(tmp, dir_fd=dir_fd)
