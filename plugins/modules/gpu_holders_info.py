@@ -140,7 +140,7 @@ from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.hypeman.vgpu.plugins.module_utils import _busy, _proc, _sysfs
 from ansible_collections.hypeman.vgpu.plugins.module_utils._errors import VgpuError
-from ansible_collections.hypeman.vgpu.plugins.module_utils._module import host_path_spec, new_module, run_module
+from ansible_collections.hypeman.vgpu.plugins.module_utils._module import run_host_module
 
 
 def _body(module):
@@ -165,14 +165,10 @@ def _body(module):
 
 
 def main():
-    module = new_module(
-        AnsibleModule,
-        argument_spec=host_path_spec(
-            parent_gpu=dict(type="str"),
-            include_shared=dict(type="bool", default=True)),
-        supports_check_mode=True,
-    )
-    run_module(module, _body)
+    run_host_module(AnsibleModule, _body, dict(
+        parent_gpu=dict(type="str"),
+        include_shared=dict(type="bool", default=True),
+    ))
 
 
 if __name__ == "__main__":

@@ -357,7 +357,7 @@ import time
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.hypeman.vgpu.plugins.module_utils._errors import VgpuError
-from ansible_collections.hypeman.vgpu.plugins.module_utils._module import host_path_spec, new_module, run_module
+from ansible_collections.hypeman.vgpu.plugins.module_utils._module import run_host_module
 from ansible_collections.hypeman.vgpu.plugins.module_utils import _busy, _cmd, _sysfs
 from ansible_collections.hypeman.vgpu.plugins.module_utils._sriov import Snapshot, expected_vf_addresses, shorten
 
@@ -374,7 +374,9 @@ _now = time.monotonic
 _sleep = time.sleep
 
 
-class Run(object):
+class SriovChange(object):
+    """One gpu_sriov run: inputs checked, safety checks, then sriov-manage driven to the requested state."""
+
     def __init__(self, module):
         self.module = module
         params = module.params
@@ -600,26 +602,21 @@ def _diff_text(summary):
     return "\n".join(lines) + "\n"
 
 
-def body(module):
-    return Run(module).run()
+def _body(module):
+    return SriovChange(module).run()
 
 
 def main():
-    module = new_module(
-        AnsibleModule,
-        argument_spec=host_path_spec(
-            pci_address=dict(type="str", required=True),
-            state=dict(type="str", default="enabled", choices=["enabled", "disabled", "cycled"]),
-            sriov_manage=dict(type="path", default="/usr/lib/nvidia/sriov-manage"),
-            allowed_gpus=dict(type="list", elements="str"),
-            force=dict(type="bool", default=False),
-            retries=dict(type="int", default=2),
-            delay=dict(type="float", default=2),
-            timeout=dict(type="float", default=60),
-        ),
-        supports_check_mode=True,
-    )
-    run_module(module, body)
+    run_host_module(AnsibleModule, _body, dict(
+        pci_address=dict(type="str", required=True),
+        state=dict(type="str", default="enabled", choices=["enabled", "disabled", "cycled"]),
+        sriov_manage=dict(type="path", default="/usr/lib/nvidia/sriov-manage"),
+        allowed_gpus=dict(type="list", elements="str"),
+        force=dict(type="bool", default=False),
+        retries=dict(type="int", default=2),
+        delay=dict(type="float", default=2),
+        timeout=dict(type="float", default=60),
+    ))
 
 
 if __name__ == "__main__":

@@ -192,7 +192,7 @@ api:
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.hypeman.vgpu.plugins.module_utils import _hypeman, _sysfs
-from ansible_collections.hypeman.vgpu.plugins.module_utils._module import host_path_spec, new_module, run_module
+from ansible_collections.hypeman.vgpu.plugins.module_utils._module import run_host_module
 
 _OUTPUT_KEYS = ("id", "name", "profile", "framework", "device_path", "vf_address", "mdev_uuid", "parent_gpu",
                 "assigned_at", "claim_field", "retained_for_cleanup", "pid", "live", "live_reason",
@@ -280,15 +280,10 @@ def _body(module):
 
 
 def main():
-    module = new_module(
-        AnsibleModule,
-        argument_spec=host_path_spec(
-            parent_gpu=dict(type="str"),
-            vgpu_only=dict(type="bool", default=False),
-        ),
-        supports_check_mode=True,
-    )
-    run_module(module, _body)
+    run_host_module(AnsibleModule, _body, dict(
+        parent_gpu=dict(type="str"),
+        vgpu_only=dict(type="bool", default=False),
+    ))
 
 
 if __name__ == "__main__":

@@ -463,7 +463,7 @@ api:
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.hypeman.vgpu.plugins.module_utils import _placement
-from ansible_collections.hypeman.vgpu.plugins.module_utils._module import host_path_spec, new_module, run_module, store_path
+from ansible_collections.hypeman.vgpu.plugins.module_utils._module import run_host_module, store_path
 
 
 def _body(module):
@@ -491,13 +491,9 @@ def _body(module):
 
 
 def main():
-    module = new_module(
-        AnsibleModule,
-        argument_spec=host_path_spec(
-            profile=dict(type="str")),
-        supports_check_mode=True,
-    )
-    run_module(module, _body)
+    run_host_module(AnsibleModule, _body, dict(
+        profile=dict(type="str"),
+    ))
 
 
 if __name__ == "__main__":

@@ -9,7 +9,6 @@ slow-creation and timeout cases never depend on wall time.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import shutil
@@ -20,6 +19,7 @@ import pytest
 
 from ansible_collections.hypeman.vgpu.plugins.modules import gpu_sriov
 from ansible_collections.hypeman.vgpu.tests.sim.hosttree import MODELS, HostTree, vf_addresses
+from ansible_collections.hypeman.vgpu.tests.unit.hostile import tree_fingerprint
 from ansible_collections.hypeman.vgpu.tests.unit.plugins.modules.module_results import run_module, warning_texts
 
 CARD = "0000:82:00.0"
@@ -104,19 +104,7 @@ class Host(object):
             return int(handle.read())
 
     def fingerprint(self):
-        """Hash of everything in the host tree: paths, link targets and file contents."""
-        digest = hashlib.sha256()
-        for base, dirs, files in os.walk(self.tree.root):
-            dirs.sort()
-            for name in sorted(dirs + files):
-                path = os.path.join(base, name)
-                digest.update(path.encode())
-                if os.path.islink(path):
-                    digest.update(b"->" + os.readlink(path).encode())
-                elif os.path.isfile(path):
-                    with open(path, "rb") as handle:
-                        digest.update(handle.read())
-        return digest.hexdigest()
+        return tree_fingerprint(self.tree.root)
 
     def dcgm(self):
         """nv-hostengine in nvidia-dcgm.service holding the card's node and the shared control node."""
