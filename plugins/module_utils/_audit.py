@@ -253,7 +253,7 @@ def classify(result, hypeman_expected=True):
             "hypeman_vgpu_config_path); if it is not a hypeman vGPU host, leave it out of the audit's hosts"))
     for error in result["errors"]:
         issues.append(issue("critical", "audit_incomplete", "%s: %s" % (error["section"], error["error"]),
-                             "fix the unreadable path; the rest of this host's audit may be incomplete"))
+                            "fix the unreadable path; the rest of this host's audit may be incomplete"))
     store = result["store"]
     placement = result["placement"]
     if store is not None:
@@ -344,7 +344,7 @@ def classify(result, hypeman_expected=True):
     if api is not None:
         if api["error"]:
             issues.append(issue("critical", "api_unreachable", api["error"],
-                                 "check that hypeman runs and the API token is valid"))
+                                "check that hypeman runs and the API token is valid"))
         elif api["mismatches"]:
             issues.append(issue(
                 "warning", "api_mismatch",
@@ -354,13 +354,13 @@ def classify(result, hypeman_expected=True):
     hypeman = result["hypeman"]
     if hypeman_expected and hypeman["running"] is False:
         issues.append(issue("warning", "hypeman_not_running", "no hypeman process is running",
-                             "start hypeman (systemctl start hypeman)"))
+                            "start hypeman (systemctl start hypeman)"))
     for check in result.get("prerequisites") or []:
         if check["status"] != "pass":
             issues.append(issue("warning", "prerequisite_failed", "%s: %s" % (check["name"], check["detail"]),
-                                 check["fix"], check["name"]))
+                                check["fix"], check["name"]))
     order = dict((severity, index) for index, severity in enumerate(SEVERITIES))
-    issues.sort(key=lambda issue: order[issue["severity"]])
+    issues.sort(key=lambda item: order[item["severity"]])
     return issues
 
 
@@ -418,7 +418,7 @@ def audit_host(paths, threshold=None, api=None, sentinel=True, prereq=None, hype
                                                 prereq.get("dcgm_units") or DEFAULT_DCGM_UNITS,
                                                 prereq.get("unit_dirs") or DEFAULT_UNIT_DIRS)
     result["issues"] = classify(result, hypeman_expected)
-    result["needs_action"] = any(issue["severity"] != "info" for issue in result["issues"])
+    result["needs_action"] = any(item["severity"] != "info" for item in result["issues"])
     return result, warnings
 
 
