@@ -139,10 +139,24 @@ def parse_creatable(text):
 
 
 def _go_quote(text):
-    """Go's ``%q`` of a sysfs value, cut to ``_QUOTE_LIMIT`` characters (a bad attribute can be a page of garbage)."""
+    """Go's ``%q`` of a sysfs value, cut to ``_QUOTE_LIMIT`` characters (a bad attribute can be a page of garbage).
+
+    The value was decoded with ``surrogateescape``: a byte that is not UTF-8 is
+    quoted as Go quotes it in a Go string read from the file, ``\\xff``.
+    """
     if len(text) > _QUOTE_LIMIT:
         text = text[:_QUOTE_LIMIT] + "..."
-    return go_quote(text)
+    out = []
+    for piece in _RAW_BYTE_RE.split(text):
+        if len(piece) == 1 and _RAW_BYTE_RE.match(piece):
+            out.append("\\x%02x" % (ord(piece) - 0xDC00))
+        elif piece:
+            out.append(go_quote(piece)[1:-1])
+    return '"%s"' % "".join(out)
+
+
+# A byte surrogateescape could not decode (U+DC80..U+DCFF stand for the bytes 0x80..0xff).
+_RAW_BYTE_RE = re.compile("([\udc80-\udcff])")
 
 
 def read_current_type(path):
