@@ -47,7 +47,7 @@ def test_the_write_order_is_tmp_fsync_rename_then_the_directory(tmp_path, dir_fd
     assert sorted(os.listdir(str(tmp_path))) == ["state"]
 
 
-def test_without_sync_dir_the_caller_syncs_after_its_batch(tmp_path, dir_fd, monkeypatch):
+def test_without_sync_dir_the_caller_syncs_after_its_batch(dir_fd, monkeypatch):
     calls = _trace(monkeypatch)
     _safedir.replace_file(dir_fd, "state", ".state.tmp", b"new", 0o600, sync_dir=False)
     monkeypatch.undo()
