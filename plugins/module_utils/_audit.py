@@ -41,7 +41,8 @@ class Paths(object):
         self.config_path = config_path
 
 
-def _issue(severity, code, message, action=None, subject=None):
+def issue(severity, code, message, action=None, subject=None):
+    """One finding of an audit, as the host audit and the fleet report both list them."""
     return {"severity": severity, "code": code, "message": message, "action": action, "subject": subject}
 
 
@@ -291,7 +292,7 @@ def classify(result, hypeman_expected=True):
     issues = []
     footprint = result.get("footprint")
     if footprint and footprint["not_vgpu"]:
-        issues.append(_issue(
+        issues.append(issue(
             "warning", "host_not_vgpu",
             "nothing of a hypeman vGPU host found: no NVIDIA SR-IOV GPU in %s (%s), no hypeman data directory %s, "
             "%s config %s" % (footprint["sysfs_devices"],
@@ -301,26 +302,26 @@ def classify(result, hypeman_expected=True):
             "check this host's paths in the inventory (hypeman_vgpu_sysfs_root, hypeman_vgpu_data_dir, "
             "hypeman_vgpu_config_path); if it is not a hypeman vGPU host, leave it out of the audit's hosts"))
     for error in result["errors"]:
-        issues.append(_issue("critical", "audit_incomplete", "%s: %s" % (error["section"], error["error"]),
-                             "fix the unreadable path; the rest of this host's audit may be incomplete"))
+        issues.append(issue("critical", "audit_incomplete", "%s: %s" % (error["section"], error["error"]),
+                            "fix the unreadable path; the rest of this host's audit may be incomplete"))
     store = result["store"]
     placement = result["placement"]
     if store is not None:
         if not store["valid"]:
-            issues.append(_issue(
+            issues.append(issue(
                 "critical", "store_unavailable",
                 "VF health store %s is %s: %s; hypeman disables vGPU placement" % (
                     store["path"], store["format"], store["error"]),
                 "run playbooks/reconcile.yml: it repairs the store with a backup, keeping %d recoverable VF(s) "
                 "quarantined" % len(store["recoverable"]), store["path"]))
         if store["would_quarantine"]:
-            issues.append(_issue(
+            issues.append(issue(
                 "warning", "pending_quarantine",
                 "%d VF(s) have failures at the threshold %d but no quarantine mark: %s" % (
                     len(store["would_quarantine"]), result["threshold"], ", ".join(store["would_quarantine"])),
                 "hypeman quarantines them at its next start; reconcile restarts hypeman to apply it now"))
         if store["stale_records"]:
-            issues.append(_issue(
+            issues.append(issue(
                 "warning", "stale_records",
                 "%d record(s) for VFs sysfs does not show: %s" % (
                     len(store["stale_records"]), ", ".join(store["stale_records"])),
@@ -328,7 +329,7 @@ def classify(result, hypeman_expected=True):
                 "(owned_only: false)"))
         if store["quarantined"]:
             owned = store["owned"]
-            issues.append(_issue(
+            issues.append(issue(
                 "info", "quarantined_vfs",
                 "%d VF(s) quarantined (%s): %s" % (
                     len(store["quarantined"]),
@@ -336,14 +337,14 @@ def classify(result, hypeman_expected=True):
                         len(owned), len(store["by_hypeman"])),
                     ", ".join(store["quarantined"]))))
         if store["below_threshold"]:
-            issues.append(_issue(
+            issues.append(issue(
                 "info", "below_threshold",
                 "%d VF(s) with failures below the threshold %d: %s" % (
                     len(store["below_threshold"]), result["threshold"],
                     ", ".join("%s (%d)" % item for item in sorted(store["below_threshold"].items())))))
     sentinel = result["sentinel"]
     if sentinel is not None and sentinel["unreported"]:
-        issues.append(_issue(
+        issues.append(issue(
             "warning", "sentinel_unreported",
             "%d sentinel verdict(s) not in the store: %s" % (len(sentinel["unreported"]), ", ".join(
                 "%s %s on %s (would be %s)" % (f["instance_id"], f["verdict"], f["vf_address"], f["effect"])
@@ -352,11 +353,11 @@ def classify(result, hypeman_expected=True):
     metrics = result.get("metrics")
     metrics_ok = metrics is not None and metrics["error"] is None
     if metrics is not None and metrics["error"]:
-        issues.append(_issue("warning", "metrics_unreadable", metrics["error"],
+        issues.append(issue("warning", "metrics_unreadable", metrics["error"],
                              "check metrics_url (hypeman serves /metrics on metrics.listen_address:metrics.port, "
                              "default 127.0.0.1:9464)"))
     if metrics_ok and metrics["coverage_problems"]:
-        issues.append(_issue(
+        issues.append(issue(
             "warning", "sentinel_coverage_lost",
             "hypeman's sentinel lost sight of guests: %s" % "; ".join(metrics["coverage_problems"]),
             "check the guest agents (rpc_error, unsupported_agent: guests booted with an agent that does not "
@@ -364,7 +365,7 @@ def classify(result, hypeman_expected=True):
             "to give them the current agent"))
     if metrics_ok and metrics["store_quarantined"] is not None and metrics["sample"]["quarantined_vfs"] is not None \
             and int(metrics["sample"]["quarantined_vfs"]) != metrics["store_quarantined"]:
-        issues.append(_issue(
+        issues.append(issue(
             "warning", "quarantine_count_mismatch",
             "hypeman reports %d quarantined VF(s) (hypeman_instances_vgpu_quarantined_vfs), the store file holds %d"
             % (int(metrics["sample"]["quarantined_vfs"]), metrics["store_quarantined"]),
@@ -374,7 +375,7 @@ def classify(result, hypeman_expected=True):
     if sentinel is not None and sentinel["watched_instances"] and (
             sentinel["log_evidence"] == "partial" and sentinel["sentinel_mode"] == "markers"
             or sentinel["sentinel_mode"] == "vsock" and not metrics_ok):
-        issues.append(_issue(
+        issues.append(issue(
             "warning", "sentinel_evidence_incomplete",
             "sentinel mode %s (%s); guest-log evidence is %s: %s" % (
                 sentinel["sentinel_mode"], sentinel["sentinel_mode_reason"], sentinel["log_evidence"],
@@ -387,7 +388,7 @@ def classify(result, hypeman_expected=True):
             if gpu["vf_total"] == 0 and (gpu["sriov_totalvfs"] or 0) > 0:
                 # SR-IOV off on a capable card (an interrupted recovery, a manual sriov-manage -d):
                 # no VF, no slot, and no quarantine that would make any other issue show it.
-                issues.append(_issue(
+                issues.append(issue(
                     "warning", "card_without_vfs",
                     "card %s has no VFs (sriov_numvfs %s of %s): it gives hypeman no slots" % (
                         gpu["address"], gpu["sriov_numvfs"], gpu["sriov_totalvfs"]),
@@ -395,35 +396,35 @@ def classify(result, hypeman_expected=True):
                     "resumes); otherwise enable SR-IOV (hypeman.vgpu.gpu_sriov state=enabled)" % gpu["address"],
                     gpu["address"]))
             elif gpu["drained"] and gpu["idle"]:
-                issues.append(_issue(
+                issues.append(issue(
                     "warning", "card_ready_for_cycle",
                     "card %s is drained (all %d VFs quarantined) and idle" % (gpu["address"], gpu["vf_total"]),
                     "recover it: playbooks/recover_gpu.yml -e target_gpu=%s" % gpu["address"], gpu["address"]))
             elif gpu["drained"]:
-                issues.append(_issue(
+                issues.append(issue(
                     "info", "card_draining",
                     "card %s is drained but not idle: %s" % (gpu["address"], "; ".join(gpu["idle_blockers"] or [])),
                     "wait for its instances to stop, then recover it", gpu["address"]))
             elif gpu["overflow_only"]:
-                issues.append(_issue(
+                issues.append(issue(
                     "warning", "card_overflow_only",
                     "card %s has %d of %d VFs quarantined; hypeman places on it only as overflow" % (
                         gpu["address"], gpu["quarantined"], gpu["vf_total"]),
                     "drain and recover the card when capacity allows (playbooks/recover_gpu.yml)", gpu["address"]))
         if placement["unreadable_metadata"]:
-            issues.append(_issue(
+            issues.append(issue(
                 "warning", "unreadable_metadata",
                 "%d instance metadata file(s) cannot be read; hypeman's reconcile fails closed: %s" % (
                     len(placement["unreadable_metadata"]), ", ".join(placement["unreadable_metadata"])),
                 "inspect and fix or remove the files"))
         if placement["unreadable_vfs"]:
-            issues.append(_issue(
+            issues.append(issue(
                 "warning", "unreadable_vfs",
                 "%d VF(s) cannot be read and are skipped by hypeman: %s" % (
                     len(placement["unreadable_vfs"]), ", ".join(str(a) for a in placement["unreadable_vfs"])),
                 "check the driver state of these VFs; an SR-IOV cycle recreates them"))
     for entry in result.get("at_risk_vfs") or []:
-        issues.append(_issue(
+        issues.append(issue(
             "warning", "vf_at_risk",
             "VF %s (card %s) may be wedged: %s at %s (%d signal(s)); evidence: %s" % (
                 entry["vf"], entry["card"], entry["reason"], entry["time"], entry["signals"],
@@ -433,7 +434,7 @@ def classify(result, hypeman_expected=True):
             entry["vf"]))
     wedge = result.get("wedge_signals")
     if wedge is not None and not wedge["complete"]:
-        issues.append(_issue(
+        issues.append(issue(
             "info", "wedge_signals_unread",
             "wedge-risk signals not read from: %s" % "; ".join(
                 "%s (%s)" % (s["from"], s["error"]) for s in wedge["sources"] if s["error"]),
@@ -442,24 +443,24 @@ def classify(result, hypeman_expected=True):
     api = result["api"]
     if api is not None:
         if api["error"]:
-            issues.append(_issue("critical", "api_unreachable", api["error"],
-                                 "check that hypeman runs and the API token is valid"))
+            issues.append(issue("critical", "api_unreachable", api["error"],
+                                "check that hypeman runs and the API token is valid"))
         elif api["mismatches"]:
-            issues.append(_issue(
+            issues.append(issue(
                 "warning", "api_mismatch",
                 "hypeman's /resources differs from the files: %s" % ", ".join(
                     "%s local=%s api=%s" % (m["field"], m["local"], m["api"]) for m in api["mismatches"]),
                 "hypeman reads the store only at start: restart hypeman if the store was edited while it ran"))
     hypeman = result["hypeman"]
     if hypeman_expected and hypeman["running"] is False:
-        issues.append(_issue("warning", "hypeman_not_running", "no hypeman process is running",
-                             "start hypeman (systemctl start hypeman)"))
+        issues.append(issue("warning", "hypeman_not_running", "no hypeman process is running",
+                            "start hypeman (systemctl start hypeman)"))
     for check in result.get("prerequisites") or []:
         if check["status"] != "pass":
-            issues.append(_issue("warning", "prerequisite_failed", "%s: %s" % (check["name"], check["detail"]),
-                                 check["fix"], check["name"]))
+            issues.append(issue("warning", "prerequisite_failed", "%s: %s" % (check["name"], check["detail"]),
+                                check["fix"], check["name"]))
     order = dict((severity, index) for index, severity in enumerate(SEVERITIES))
-    issues.sort(key=lambda issue: order[issue["severity"]])
+    issues.sort(key=lambda item: order[item["severity"]])
     return issues
 
 
@@ -536,7 +537,7 @@ def audit_host(paths, threshold=None, api=None, sentinel=True, prereq=None, hype
                                                 prereq.get("dcgm_units") or DEFAULT_DCGM_UNITS,
                                                 prereq.get("unit_dirs") or DEFAULT_UNIT_DIRS)
     result["issues"] = classify(result, hypeman_expected)
-    result["needs_action"] = any(issue["severity"] != "info" for issue in result["issues"])
+    result["needs_action"] = any(item["severity"] != "info" for item in result["issues"])
     return result, warnings
 
 

@@ -16,9 +16,10 @@ import json
 import os
 import re
 
-from ansible_collections.hypeman.vgpu.plugins.module_utils import _gotime, _proc, _store
+from ansible_collections.hypeman.vgpu.plugins.module_utils import _gotime, _proc
 from ansible_collections.hypeman.vgpu.plugins.module_utils._errors import VgpuError
 from ansible_collections.hypeman.vgpu.plugins.module_utils._fileio import is_within, read_bytes, read_bytes_within
+from ansible_collections.hypeman.vgpu.plugins.module_utils._pci import normalize_address
 
 DEFAULT_QUARANTINE_THRESHOLD = 2  # hypeman's defaultVFQuarantineThreshold
 # hypeman's config and an instance's metadata are a few KiB; anything past these caps is not theirs.
@@ -252,9 +253,28 @@ def _pci_basename(device_path):
     if not device_path:
         return None
     try:
-        return _store.normalize_vf_address(os.path.basename(device_path.rstrip("/")))
+        return normalize_address(os.path.basename(device_path.rstrip("/")))
     except (VgpuError, ValueError, TypeError, AttributeError):
         return None
+
+
+def instance_vf(inst, vf_of_mdev):
+    """The VF an instance's metadata names, or None: the one rule every module uses.
+
+    vendor-VFIO: the basename of ``GPUDevicePath`` (``vf_address``). mdev: the
+    VF carrying the mdev named by ``GPUMdevUUID``, else by the basename of
+    ``GPUDevicePath`` (``/sys/bus/mdev/devices/<uuid>``, docs/hypeman-interface.md
+    §3.2), so metadata with an empty ``GPUMdevUUID`` still names its VF.
+    ``vf_of_mdev``: mdev UUID -> VF address or None (e.g. ``dict.get``).
+    """
+    if inst.get("vf_address"):
+        return inst["vf_address"]
+    device_path = inst.get("device_path")
+    for uuid in (inst.get("mdev_uuid"), os.path.basename(device_path.rstrip("/")) if device_path else None):
+        vf = vf_of_mdev(uuid) if uuid else None
+        if vf:
+            return vf
+    return None
 
 
 def instance_from_metadata(meta, metadata_path):

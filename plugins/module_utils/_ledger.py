@@ -46,7 +46,7 @@ import stat
 import uuid
 
 from ansible_collections.hypeman.vgpu.plugins.module_utils._errors import VgpuError
-from ansible_collections.hypeman.vgpu.plugins.module_utils._fileio import HostFileError, file_kind, read_bytes
+from ansible_collections.hypeman.vgpu.plugins.module_utils._fileio import HostFileError, read_bytes
 from ansible_collections.hypeman.vgpu.plugins.module_utils import _gotime, _safedir
 
 LEDGER_NAME = "ledger.jsonl"
@@ -132,20 +132,18 @@ def append_entries(state_dir, entries):
 
 
 def _append(dir_fd, path, entries):
-    flags = os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0)
     try:
-        fd = os.open(LEDGER_NAME, flags, LEDGER_MODE, dir_fd=dir_fd)
-    except OSError as err:
+        fd, info = _safedir.open_locked(dir_fd, LEDGER_NAME, path, LEDGER_MODE, append=True)
+    except _safedir.OpenFailed as err:
         if err.errno == errno.ELOOP:
             raise VgpuError("refusing to append to ledger %s: it is a symlink" % path, symlink=path)
         raise VgpuError("cannot open ledger %s: %s" % (path, err.strerror or err))
+    except _safedir.NotRegularFile as err:
+        raise VgpuError("refusing to append to ledger %s: it %s" % (path, err.strerror), symlink=path)
+    except OSError as err:
+        raise VgpuError("cannot append to ledger %s: %s" % (path, err.strerror or err))
     try:
-        info = os.fstat(fd)
-        if not stat.S_ISREG(info.st_mode):
-            raise VgpuError("refusing to append to ledger %s: it is %s, not a regular file"
-                            % (path, file_kind(info.st_mode)), symlink=path)
         created = info.st_size == 0
-        _safedir.lock_exclusive(fd, path)
         prefix = _repair_tail(fd)
         for index, entry in enumerate(entries):
             line = json.dumps(entry, sort_keys=True, ensure_ascii=True).encode("ascii") + b"\n"

@@ -270,3 +270,13 @@ def run_module(module, body):
         # exit_json could not encode the result: nothing was printed yet.
         module.fail_json(msg="internal error: the result cannot be returned: %s" % _internal_message(err),
                          exception=_traceback_text())
+
+
+def run_host_module(module_class, body, options, **kwargs):
+    """The ``main()`` of every module: host-path options plus ``options``, check mode supported.
+
+    Builds the AnsibleModule (``module_class``) with :func:`new_module` (``kwargs``
+    such as ``mutually_exclusive`` go to it) and runs ``body`` with :func:`run_module`.
+    """
+    module = new_module(module_class, argument_spec=host_path_spec(**options), supports_check_mode=True, **kwargs)
+    run_module(module, body)

@@ -15,10 +15,9 @@ Unknown is never reported as safe: a VF whose open-handle check failed is
 
 from __future__ import annotations
 
-import json
-
-from ansible_collections.hypeman.vgpu.plugins.module_utils import _hypeman, _proc, _store, _sysfs
+from ansible_collections.hypeman.vgpu.plugins.module_utils import _busy, _hypeman, _proc, _store, _sysfs
 from ansible_collections.hypeman.vgpu.plugins.module_utils._errors import VgpuError
+from ansible_collections.hypeman.vgpu.plugins.module_utils._govalues import go_quote
 
 DISABLED_PREFIX = "VF health state unavailable: "
 
@@ -51,10 +50,6 @@ class QuarantineView(object):
         pending = store.would_quarantine(threshold)
         failures = dict((vf, len(record.failures)) for vf, record in store.records.items())
         return cls(set(store.quarantined()) | set(pending), failures, pending, None, threshold)
-
-
-def _go_q(text):
-    return json.dumps(text)
 
 
 def host_view(sysfs_root, proc_root, dev_root, data_dir, store_path, config_path, profile=None, wedge=None):
@@ -150,9 +145,7 @@ class _Placement(object):
         for inst in self.instances:
             if not inst.get("device_path"):
                 continue
-            address = inst.get("vf_address") or mdev_owner.get(inst.get("mdev_uuid"))
-            if address is None and inst.get("device_path"):
-                address = mdev_owner.get(inst["device_path"].rstrip("/").rsplit("/", 1)[-1])
+            address = _hypeman.instance_vf(inst, mdev_owner.get)
             if address:
                 claims.setdefault(address, []).append(inst)
         return claims
@@ -348,6 +341,7 @@ class _Placement(object):
                             % len(self.unreadable_metadata))
         if gpu is None:
             blockers.append("VFs without a readable physfn link: parent unknown")
+        busy_reasons = _busy.drain_reasons(sorted(set(live)), instances, held_open, self.unreadable_metadata)
         return {
             "address": gpu,
             "vendor_id": parent.get("vendor_id"),
@@ -373,6 +367,8 @@ class _Placement(object):
             "idle_blockers": blockers,
             "instances": instances,
             "live_instances": sorted(set(live)),
+            "busy": bool(busy_reasons),
+            "busy_reasons": busy_reasons,
             "errors": list(parent.get("errors", [])),
         }
 
@@ -399,10 +395,10 @@ class _Placement(object):
         if requested is None:
             if not self.profiles_by_name and self.vfs:
                 out["reason"] = ("no creatable vGPU profiles on any VF (GPUs at capacity or dirty VFs consuming "
-                                 "framebuffer): profile %s" % _go_q(profile))
+                                 "framebuffer): profile %s" % go_quote(profile))
             else:
                 out["reason"] = ("profile %s is not creatable on any VF (unknown profile or insufficient capacity)"
-                                 % _go_q(profile))
+                                 % go_quote(profile))
             return self._with_dirty_note(out)
         out["type_id"] = int(requested["id"])
         out["framebuffer_mb"] = requested["framebuffer_mb"]
@@ -428,7 +424,7 @@ class _Placement(object):
                            "framebuffer_used_mb": usage.get(gpu, 0), "candidates": len(free_by_gpu[gpu])}
                           for gpu in order]
         if not order:
-            out["reason"] = "no available VF for profile %s" % _go_q(profile)
+            out["reason"] = "no available VF for profile %s" % go_quote(profile)
             return self._with_dirty_note(out)
         winners = free_by_gpu[order[0]]
         leading = [v for v in winners if v["allocated"] == winners[0]["allocated"]]
@@ -456,7 +452,7 @@ class _Placement(object):
                 prof = candidate
                 break
         if prof is None:
-            out["reason"] = "profile %s not found (on VF %s)" % (_go_q(profile), first)
+            out["reason"] = "profile %s not found (on VF %s)" % (go_quote(profile), first)
             return out
         out["type_id"] = prof["id"]
         out["framebuffer_mb"] = prof["framebuffer_mb"]
@@ -474,7 +470,7 @@ class _Placement(object):
                       and _mdev_available(v, prof["id"]) >= 1][0]
                 out["gpu"], out["vfs"], out["clean"] = gpu, [vf["address"]], True
                 return out
-        out["reason"] = "no available VF for profile %s" % _go_q(profile)
+        out["reason"] = "no available VF for profile %s" % go_quote(profile)
         return out
 
     # -- result ------------------------------------------------------------------------------

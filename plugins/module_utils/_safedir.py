@@ -130,3 +130,158 @@ def lock_exclusive(fd, path, timeout=LOCK_TIMEOUT):
             raise LockTimeout(errno.ETIMEDOUT, "timed out after %ss waiting for the lock (another run of this "
                                                "collection holds it)" % timeout, path)
         time.sleep(0.05)
+
+
+class OpenFailed(OSError):
+    """The file to lock could not be opened (ELOOP: it is a symlink)."""
+
+
+class NotRegularFile(OSError):
+    """The file to lock or write is not a regular file; ``kind`` says what it is."""
+
+    def __init__(self, path, kind):
+        super().__init__(errno.EINVAL, "is %s, not a regular file" % kind, path)
+        self.kind = kind
+
+
+def open_locked(dir_fd, name, path, mode, timeout=LOCK_TIMEOUT, append=False, exact_mode=False):
+    """Open (creating it with ``mode``) the regular file ``name`` in ``dir_fd`` and take its bounded lock.
+
+    The one way the store's lock file, the sentinel cursors' lock file and the
+    ledger itself are locked. Never follows a symlink (:class:`OpenFailed`, ELOOP) and
+    never blocks on a FIFO; anything but a regular file raises
+    :class:`NotRegularFile`; a lock held for ``timeout`` raises
+    :class:`LockTimeout`. ``exact_mode`` sets ``mode`` whatever the umask.
+    Returns ``(fd, stat before locking)``; closing ``fd`` releases the lock.
+    """
+    flags = os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0)
+    if append:
+        flags |= os.O_APPEND
+    try:
+        fd = os.open(name, flags, mode, dir_fd=dir_fd)
+    except OSError as err:
+        raise OpenFailed(err.errno, err.strerror, path) from err
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            raise NotRegularFile(path, file_kind(info.st_mode))
+        if exact_mode:
+            os.fchmod(fd, mode)  # O_CREAT's mode is cut by the umask
+        lock_exclusive(fd, path, timeout)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd, info
+
+
+class WriteStepError(OSError):
+    """An OSError of :func:`replace_file`; ``step`` names the step that failed
+    (``create``, ``write``, ``sync``, ``close``, ``rename`` or ``sync_dir``),
+    ``name`` the file being replaced."""
+
+    def __init__(self, step, err, name=None):
+        super().__init__(err.errno, err.strerror or str(err), getattr(err, "filename", None))
+        self.step = step
+        self.name = name
+
+
+def replace_file(dir_fd, name, tmp, data, mode, owner=None, sync_dir=True):
+    """Durably replace ``name`` in ``dir_fd`` by ``data``: the one crash-safe write procedure.
+
+    In this order: create ``tmp`` (``O_EXCL``, never through a symlink), set
+    ``mode`` exactly (and ``owner``, a (uid, gid)), write, fsync, close,
+    rename over ``name``, fsync the directory (``sync_dir=False`` leaves that
+    to the caller, after a batch of renames). A kill at any instant leaves the
+    old file or the new one. A failure after creating ``tmp`` and before the
+    rename removes ``tmp`` and leaves ``name`` untouched. Raises
+    :class:`WriteStepError`; after a ``sync_dir`` failure the new file is in place.
+    """
+    replace_files(dir_fd, [(name, tmp, data)], mode, owner=owner, sync_dir=sync_dir)
+
+
+# Parallel fsyncs of a batch: one journal commit then serves many files.
+FSYNC_THREADS = 16
+
+
+def replace_files(dir_fd, items, mode, owner=None, sync_dir=True):
+    """:func:`replace_file` for a batch of ``(name, tmp, data)``, with the same guarantee per file.
+
+    Every ``tmp`` is created and written first, then all are fsynced (in
+    parallel when there are several), then renamed in order, then the
+    directory is fsynced once: after a kill each file is its old or its new
+    version. On a failure the temps not yet renamed are removed; the error's
+    ``name`` says which file failed.
+    """
+    written = []  # (name, tmp, fd or None once closed) created and not yet renamed
+    step, current = "create", None
+    try:
+        for name, tmp, data in items:
+            step, current = "create", name
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0),
+                         mode, dir_fd=dir_fd)
+            written.append([name, tmp, fd])
+            step = "write"
+            os.fchmod(fd, mode)
+            if owner is not None:
+                os.fchown(fd, owner[0], owner[1])
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view):]
+            if len(items) > 1:  # fsynced below, all at once; keep few descriptors open
+                step = "close"
+                written[-1][2] = None
+                os.close(fd)
+        step = "sync"
+        if len(written) == 1:
+            os.fsync(written[0][2])
+            step = "close"
+            closing, written[0][2] = written[0][2], None
+            os.close(closing)
+        else:
+            current = _fsync_all(dir_fd, written)
+        step = "rename"
+        while written:
+            current, tmp, _fd = written[0]
+            os.rename(tmp, current, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
+            written.pop(0)
+    except OSError as err:
+        for _name, tmp, fd in written:
+            if fd is not None:
+                os.close(fd)
+            _unlink_quietly(dir_fd, tmp)
+        raise WriteStepError(step, err, getattr(err, "vgpu_name", current)) from err
+    if sync_dir:
+        try:
+            os.fsync(dir_fd)
+        except OSError as err:
+            raise WriteStepError("sync_dir", err, current) from err
+
+
+def _fsync_named(dir_fd, name):
+    fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0), dir_fd=dir_fd)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _fsync_all(dir_fd, written):
+    """fsync every written temp of a batch in parallel; raises the first OSError, tagged with its file."""
+    import concurrent.futures  # only batches need threads: keep single writes' import cost down
+
+    with concurrent.futures.ThreadPoolExecutor(max_workers=min(FSYNC_THREADS, len(written))) as pool:
+        futures = [(name, pool.submit(_fsync_named, dir_fd, tmp)) for name, tmp, _fd in written]
+    for name, future in futures:
+        err = future.exception()
+        if err is not None:
+            if isinstance(err, OSError):
+                err.vgpu_name = name
+            raise err
+    return None
+
+
+def _unlink_quietly(dir_fd, name):
+    try:
+        os.unlink(name, dir_fd=dir_fd)
+    except OSError:
+        pass

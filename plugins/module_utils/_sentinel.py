@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import base64
 import binascii
-import concurrent.futures
 import errno
 import hashlib
 import json
@@ -478,19 +477,15 @@ class CursorStore(object):
     def lock(self):
         """Create the directory and hold an exclusive lock until :meth:`unlock`."""
         dir_fd = self._open_dir(create=True)
+        lock_path = os.path.join(self.directory, ".lock")
         try:
-            fd = os.open(".lock", os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK
-                         | getattr(os, "O_CLOEXEC", 0), 0o600, dir_fd=dir_fd)
-        except OSError as err:
+            fd, _info = _safedir.open_locked(dir_fd, ".lock", lock_path, 0o600, exact_mode=True)
+        except _safedir.OpenFailed as err:
             raise self._error(err)
-        try:
-            os.fchmod(fd, 0o600)  # O_CREAT's mode is cut by the umask
-            if not stat.S_ISREG(os.fstat(fd).st_mode):
-                raise OSError(errno.EINVAL, "%s is %s, not a regular file"
-                              % (os.path.join(self.directory, ".lock"), _fileio.file_kind(os.fstat(fd).st_mode)))
-            _safedir.lock_exclusive(fd, os.path.join(self.directory, ".lock"))  # another run waits, bounded
-        except OSError as err:
-            os.close(fd)
+        except _safedir.NotRegularFile as err:
+            raise CursorDirError("cannot lock sentinel state directory %s: %s %s"
+                                 % (self.directory, lock_path, err.strerror), state_dir=self.state_dir)
+        except OSError as err:  # another run holds it for the whole (bounded) wait, or flock failed
             raise CursorDirError("cannot lock sentinel state directory %s: %s"
                                  % (self.directory, err.strerror or err), state_dir=self.state_dir)
         self._lock_fd = fd
@@ -561,42 +556,24 @@ class CursorStore(object):
         a host writes one cursor per instance).
         """
         dir_fd = self._open_dir(create=True)
-        pending = []  # (instance_id, tmp name) written and not yet renamed
-        current = None
+        batch = []
+        for instance_id, state in items:
+            tmp = "." + instance_id + ".tmp"  # fixed name: runs are serialised by the lock
+            try:
+                os.unlink(tmp, dir_fd=dir_fd)  # left by a killed run
+            except FileNotFoundError:
+                pass
+            except OSError as err:
+                raise VgpuError("cannot write sentinel cursor %s: %s"
+                                % (self.path(instance_id), err.strerror or err))
+            batch.append((instance_id + ".json", tmp,
+                          json.dumps(state, sort_keys=True, separators=(",", ":")).encode("utf-8")))
         try:
-            for instance_id, state in items:
-                current = instance_id
-                data = json.dumps(state, sort_keys=True, separators=(",", ":")).encode("utf-8")
-                tmp = "." + instance_id + ".tmp"  # fixed name: runs are serialised by the lock
-                try:
-                    os.unlink(tmp, dir_fd=dir_fd)
-                except FileNotFoundError:
-                    pass
-                pending.append((instance_id, tmp))
-                fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0),
-                             0o600, dir_fd=dir_fd)
-                try:
-                    os.fchmod(fd, 0o600)
-                    view = memoryview(data)
-                    while view:
-                        view = view[os.write(fd, view):]
-                finally:
-                    os.close(fd)
-            current, err = _fsync_files(dir_fd, pending)
-            if err is not None:
-                raise err
-            while pending:
-                current, tmp = pending[0]
-                os.rename(tmp, current + ".json", src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
-                pending.pop(0)
-        except OSError as err:
-            for _instance_id, tmp in pending:
-                try:
-                    os.unlink(tmp, dir_fd=dir_fd)
-                except OSError:
-                    pass
-            raise VgpuError("cannot write sentinel cursor %s: %s"
-                            % (self.path(current), err.strerror or err))
+            # The directory is fsynced once after all cursors of a run (sync()).
+            _safedir.replace_files(dir_fd, batch, 0o600, sync_dir=False)
+        except _safedir.WriteStepError as err:
+            failed = err.name[:-len(".json")] if err.name else batch[0][0][:-len(".json")]
+            raise VgpuError("cannot write sentinel cursor %s: %s" % (self.path(failed), err.strerror or err))
 
     def remove(self, instance_id):
         dir_fd = self._open_dir(create=False)
@@ -625,37 +602,6 @@ class CursorStore(object):
             os.fsync(self._open_dir(create=True))
         except OSError as err:
             raise VgpuError("cannot sync sentinel state directory %s: %s" % (self.directory, err.strerror or err))
-
-
-FSYNC_THREADS = 16
-
-
-def _fsync_file(dir_fd, name):
-    fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0), dir_fd=dir_fd)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def _fsync_files(dir_fd, named):
-    """fsync each ``(key, name)`` file of ``dir_fd`` in parallel; ``(key, first OSError)`` or ``(None, None)``."""
-    if len(named) <= 1:
-        for key, name in named:
-            try:
-                _fsync_file(dir_fd, name)
-            except OSError as err:
-                return key, err
-        return None, None
-    with concurrent.futures.ThreadPoolExecutor(max_workers=min(FSYNC_THREADS, len(named))) as pool:
-        futures = [(key, pool.submit(_fsync_file, dir_fd, name)) for key, name in named]
-    for key, future in futures:
-        err = future.exception()
-        if err is not None:
-            if isinstance(err, OSError):
-                return key, err
-            raise err
-    return None, None
 
 
 def _fsync_dir(path):

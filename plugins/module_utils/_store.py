@@ -12,7 +12,7 @@ comment says which.
 
 Public API (other helpers import these names):
 
-* :data:`STORE_RELPATH`, :data:`VF_ADDRESS_RE`, :func:`normalize_vf_address`
+* :data:`STORE_RELPATH` (addresses are parsed by ``_pci``)
 * :func:`load_store` -> :class:`HealthStore` (never raises for bad content)
 * :class:`HealthStore` with :class:`Record` / :class:`Failure` values
 
@@ -35,6 +35,7 @@ import stat
 
 from ansible_collections.hypeman.vgpu.plugins.module_utils._errors import VgpuError
 from ansible_collections.hypeman.vgpu.plugins.module_utils import _fileio, _gotime
+from ansible_collections.hypeman.vgpu.plugins.module_utils._pci import ADDRESS_RE
 # Shared with _gojson (which _store loads lazily): defined there so the two import one way.
 from ansible_collections.hypeman.vgpu.plugins.module_utils._govalues import (
     GoSyntaxError, JsonNumber, JsonObject, go_quote, raw_text,
@@ -43,35 +44,10 @@ from ansible_collections.hypeman.vgpu.plugins.module_utils._govalues import (
 STORE_RELPATH = "gpu/vf-health.json"
 STORE_VERSION = 1
 
-# hypeman's vfHealthAddressPattern: lowercase hex, 4-digit domain, function 0-7.
-# Go's "$" matches only at the very end, hence "\Z" (Python's "$" would accept a trailing newline).
-VF_ADDRESS_RE = re.compile(r"^[0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]\Z")
-_INPUT_ADDRESS_RE = re.compile(
-    r"^(?:(?P<domain>[0-9a-fA-F]{1,4}):)?(?P<bus>[0-9a-fA-F]{2}):(?P<dev>[0-9a-fA-F]{2})\.(?P<fn>[0-7])$"
-)
-
 FORMAT_V1 = "v1"
 FORMAT_LEGACY = "legacy"
 FORMAT_INVALID = "invalid"
 FORMAT_MISSING = "missing"
-
-
-def normalize_vf_address(text, what="VF", example="0000:82:00.4"):
-    """Canonical PCI function address ``dddd:bb:dd.f`` (lowercase, 4-digit domain).
-
-    Accepts an optional or short domain and any letter case (``82:00.4``,
-    ``0000:E3:00.5``). Raises :class:`VgpuError` naming the value and the
-    expected form for anything that is not a PCI function address; ``what``
-    and ``example`` word it for the kind of device asked for (``GPU`` for a card).
-    """
-    match = _INPUT_ADDRESS_RE.match(text.strip()) if isinstance(text, str) else None
-    if not match:
-        raise VgpuError(
-            "invalid %s address %r: expected a PCI function address like %s "
-            "(domain:bus:device.function, hex, function 0-7)" % (what, text, example)
-        )
-    domain = (match.group("domain") or "0").lower().rjust(4, "0")
-    return "%s:%s:%s.%s" % (domain, match.group("bus").lower(), match.group("dev").lower(), match.group("fn"))
 
 
 # --- Go text helpers -------------------------------------------------------------
@@ -347,7 +323,7 @@ def _validate(go_file):
         raise ValueError("validate VF health state: expected a records array")
     loaded = {}
     for index, raw in enumerate(go_file.records.items()):
-        if not VF_ADDRESS_RE.match(raw.vf_address):
+        if not ADDRESS_RE.match(raw.vf_address):
             raise ValueError("validate VF health state record %d: invalid VF address %s"
                              % (index, go_quote(raw.vf_address)))
         if raw.quarantined_at is not None and _gotime.is_zero(raw.quarantined_at):
@@ -413,7 +389,7 @@ def _fast_records(data):
         return None
     keys = 2
     colons = 0  # inside strings
-    parse_canonical, parse_time, address_ok = _gotime.parse_canonical, _gotime.parse_rfc3339, VF_ADDRESS_RE.match
+    parse_canonical, parse_time, address_ok = _gotime.parse_canonical, _gotime.parse_rfc3339, ADDRESS_RE.match
     new_tuple = tuple.__new__
     records = {}
     try:
@@ -525,7 +501,7 @@ class HealthStore(object):
 
     @staticmethod
     def _check_address(vf):
-        if not isinstance(vf, str) or not VF_ADDRESS_RE.match(vf):
+        if not isinstance(vf, str) or not ADDRESS_RE.match(vf):
             raise VgpuError("invalid VF address %s" % go_quote(str(vf)))
 
     def report_failure(self, vf, instance_id, assigned_at, threshold, now=None):

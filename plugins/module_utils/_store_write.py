@@ -21,9 +21,9 @@ import stat
 from ansible_collections.hypeman.vgpu.plugins.module_utils import _gotime, _safedir
 from ansible_collections.hypeman.vgpu.plugins.module_utils._errors import VgpuError
 from ansible_collections.hypeman.vgpu.plugins.module_utils._fileio import HostFileError, file_kind
+from ansible_collections.hypeman.vgpu.plugins.module_utils._pci import normalize_address
 from ansible_collections.hypeman.vgpu.plugins.module_utils._store import (
-    Failure, GoSyntaxError, JsonNumber, JsonObject, Record, go_fold, json_tree, load_store, normalize_vf_address,
-    raw_text,
+    Failure, GoSyntaxError, JsonNumber, JsonObject, Record, go_fold, json_tree, load_store, raw_text,
 )
 
 TMP_SUFFIX = ".tmp"  # hypeman: tmp := s.path + ".tmp"
@@ -70,7 +70,7 @@ def recover_records(raw, now=None):
         if not isinstance(address, str) or isinstance(address, JsonNumber):
             continue
         try:
-            address = normalize_vf_address(str(address))
+            address = normalize_address(str(address))
         except VgpuError:
             continue
         quarantined_at = _recover_time(fields.get("QUARANTINED_AT"))
@@ -90,7 +90,7 @@ def recover_records(raw, now=None):
     if raw:
         text = raw.decode("utf-8", "replace")
         for match in _RECOVER_ADDRESS_RE.finditer(text):
-            address = normalize_vf_address(match.group(1))
+            address = normalize_address(match.group(1))
             if address not in records:
                 records[address] = Record(address, (), now)
     return records
@@ -252,59 +252,25 @@ def write_store_bytes(path, data, owner=None, dirs=None):
         except OSError as err:
             if err.errno != errno.ENOENT:
                 raise _write_error(path, "remove stale VF health state tmp", err)
-    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0)
     try:
-        fd = os.open(tmp, flags, FILE_MODE, dir_fd=dirs.gpu_fd)
-    except OSError as err:
-        if err.errno in (errno.ELOOP, errno.EEXIST):
+        _safedir.replace_file(dirs.gpu_fd, dirs.name, tmp, data, FILE_MODE, owner)
+    except _safedir.WriteStepError as err:
+        if err.step == "create" and err.errno in (errno.ELOOP, errno.EEXIST):
             raise VgpuError("refusing to write the VF health store: temporary file %s appeared while writing "
                             "(%s); nothing was written" % (path + TMP_SUFFIX, err.strerror),
                             symlink=path + TMP_SUFFIX)
-        raise _write_error(path, "create VF health state", err)
-    try:
-        try:
-            os.fchmod(fd, FILE_MODE)
-            if owner is not None:
-                os.fchown(fd, owner[0], owner[1])
-            view = memoryview(data)
-            while view:
-                written = os.write(fd, view)
-                view = view[written:]
-        except OSError as err:
-            raise _write_error(path, "write VF health state", err)
-        try:
-            os.fsync(fd)
-        except OSError as err:
-            raise _write_error(path, "sync VF health state", err)
-    except VgpuError:
-        os.close(fd)
-        _remove_quietly(dirs, tmp)
-        raise
-    try:
-        os.close(fd)
-    except OSError as err:
-        _remove_quietly(dirs, tmp)
-        raise _write_error(path, "close VF health state", err)
-    try:
-        os.rename(tmp, dirs.name, src_dir_fd=dirs.gpu_fd, dst_dir_fd=dirs.gpu_fd)
-    except OSError as err:
-        _remove_quietly(dirs, tmp)
-        raise _write_error(path, "rename VF health state", err)
-    try:
-        os.fsync(dirs.gpu_fd)
-    except OSError as err:
-        error = VgpuError("VF health store %s was replaced, but syncing its directory failed: %s; the new "
-                          "content is visible but may not survive a power loss" % (path, err.strerror or err),
-                          errno=err.errno, changed=True)
-        error.renamed = True
-        raise error
+        if err.step == "sync_dir":
+            error = VgpuError("VF health store %s was replaced, but syncing its directory failed: %s; the new "
+                              "content is visible but may not survive a power loss" % (path, err.strerror or err),
+                              errno=err.errno, changed=True)
+            error.renamed = True
+            raise error
+        raise _write_error(path, _STEP_TEXT[err.step], err)
 
 
-def _remove_quietly(dirs, name):
-    try:
-        os.unlink(name, dir_fd=dirs.gpu_fd)
-    except OSError:
-        pass
+# What a failed step of the write is called in errors (hypeman's wording).
+_STEP_TEXT = {"create": "create VF health state", "write": "write VF health state", "sync": "sync VF health state",
+              "close": "close VF health state", "rename": "rename VF health state"}
 
 
 class _FileLock(object):
@@ -317,26 +283,19 @@ class _FileLock(object):
         self.fd = None
 
     def __enter__(self):
-        flags = os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0)
         try:
-            self.fd = os.open(self.dirs.lock_name, flags, LOCK_MODE, dir_fd=self.dirs.gpu_fd)
-        except OSError as err:
+            self.fd, _info = _safedir.open_locked(self.dirs.gpu_fd, self.dirs.lock_name, self.path, LOCK_MODE,
+                                                  self.timeout)
+        except _safedir.NotRegularFile as err:
+            raise VgpuError("refusing to use lock file %s: it %s" % (self.path, err.strerror), symlink=self.path)
+        except _safedir.LockTimeout:
+            raise VgpuError("timed out after %ss waiting for the lock %s (another run of this "
+                            "collection is editing the store)" % (self.timeout, self.path))
+        except _safedir.OpenFailed as err:
             if err.errno == errno.ELOOP:
                 raise VgpuError("refusing to use lock file %s: it is a symlink" % self.path, symlink=self.path)
             raise VgpuError("cannot open lock file %s: %s" % (self.path, err.strerror or err))
-        mode = os.fstat(self.fd).st_mode
-        if not stat.S_ISREG(mode):
-            os.close(self.fd)
-            raise VgpuError("refusing to use lock file %s: it is %s, not a regular file"
-                            % (self.path, file_kind(mode)), symlink=self.path)
-        try:
-            _safedir.lock_exclusive(self.fd, self.path, self.timeout)
-        except _safedir.LockTimeout:
-            os.close(self.fd)
-            raise VgpuError("timed out after %ss waiting for the lock %s (another run of this "
-                            "collection is editing the store)" % (self.timeout, self.path))
         except OSError as err:
-            os.close(self.fd)
             raise VgpuError("cannot lock %s: %s" % (self.path, err.strerror or err))
         return self
 

@@ -8,8 +8,8 @@ Reads the files hypeman reads (``lib/devices/vendor_vfio_linux.go``,
 files of the parent GPUs (``sriov_totalvfs``, ``sriov_numvfs``, ``virtfn*``)
 that operators and the SR-IOV cycle need. Nothing here writes to sysfs.
 
-Addresses are normalised (lowercase, 4-digit domain) with the store's
-normaliser so they compare equal to store records and inputs.
+Addresses are normalised (lowercase, 4-digit domain) by ``_pci``, as store
+records and inputs are, so they compare equal.
 """
 
 from __future__ import annotations
@@ -20,7 +20,8 @@ import re
 
 from ansible_collections.hypeman.vgpu.plugins.module_utils._errors import VgpuError
 from ansible_collections.hypeman.vgpu.plugins.module_utils._fileio import is_within, read_bytes
-from ansible_collections.hypeman.vgpu.plugins.module_utils._store import normalize_vf_address
+from ansible_collections.hypeman.vgpu.plugins.module_utils._govalues import go_quote
+from ansible_collections.hypeman.vgpu.plugins.module_utils._pci import canonical_address, normalize_address
 
 FRAMEWORK_MDEV = "mdev"
 FRAMEWORK_VENDOR_VFIO = "vendor-vfio"
@@ -41,23 +42,10 @@ def pci_devices_dir(sysfs_root):
     return os.path.join(sysfs_root, "bus", "pci", "devices")
 
 
-_CANONICAL_RE = re.compile(r"^[0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]$")
-
-
-def canonical_address(name):
-    """Normalised PCI address of a sysfs entry name, or the name itself if it is none."""
-    if _CANONICAL_RE.match(name):
-        return name  # already canonical: the common case, kept cheap for big hosts
-    try:
-        return normalize_vf_address(name)
-    except (VgpuError, ValueError, TypeError, AttributeError):
-        return name
-
-
 def normalize_card_address(value, option="parent_gpu"):
     """Normalise a user-given PCI address of a card; VgpuError naming the option otherwise."""
     try:
-        return normalize_vf_address(value)
+        return normalize_address(value)
     except VgpuError:
         hint = ""
         if not isinstance(value, str) or value.replace(".", "", 1).isdigit():
@@ -151,9 +139,24 @@ def parse_creatable(text):
 
 
 def _go_quote(text):
+    """Go's ``%q`` of a sysfs value, cut to ``_QUOTE_LIMIT`` characters (a bad attribute can be a page of garbage).
+
+    The value was decoded with ``surrogateescape``: a byte that is not UTF-8 is
+    quoted as Go quotes it in a Go string read from the file, ``\\xff``.
+    """
     if len(text) > _QUOTE_LIMIT:
         text = text[:_QUOTE_LIMIT] + "..."
-    return '"%s"' % text.replace("\\", "\\\\").replace('"', '\\"')
+    out = []
+    for piece in _RAW_BYTE_RE.split(text):
+        if len(piece) == 1 and _RAW_BYTE_RE.match(piece):
+            out.append("\\x%02x" % (ord(piece) - 0xDC00))
+        elif piece:
+            out.append(go_quote(piece)[1:-1])
+    return '"%s"' % "".join(out)
+
+
+# A byte surrogateescape could not decode (U+DC80..U+DCFF stand for the bytes 0x80..0xff).
+_RAW_BYTE_RE = re.compile("([\udc80-\udcff])")
 
 
 def read_current_type(path):
@@ -519,9 +522,6 @@ def parent_of(sysfs_root, vf):
     return canonical_address(parent) if parent else None
 
 
-def mdev_vf(sysfs_root, uuid):
-    """VF address that carries an mdev, from ``bus/mdev/devices/<uuid>``, or None."""
-    for mdev in list_mdevs(sysfs_root):
-        if mdev["uuid"] == uuid:
-            return mdev["vf"]
-    return None
+def mdev_vfs(sysfs_root):
+    """mdev UUID -> the VF address that carries it (None when unknown), from ``bus/mdev/devices``."""
+    return dict((mdev["uuid"], mdev["vf"]) for mdev in list_mdevs(sysfs_root))

@@ -38,7 +38,7 @@ import os
 import re
 import time
 
-from ansible_collections.hypeman.vgpu.plugins.module_utils import _cmd, _gotime, _store
+from ansible_collections.hypeman.vgpu.plugins.module_utils import _cmd, _gotime, _pci
 from ansible_collections.hypeman.vgpu.plugins.module_utils._errors import VgpuError
 from ansible_collections.hypeman.vgpu.plugins.module_utils._fileio import open_regular, read_bytes
 
@@ -381,7 +381,7 @@ def _vf_of_device_path(device_path, sysfs_root):
         return None
     base = os.path.basename(device_path.rstrip("/"))
     try:
-        return _store.normalize_vf_address(base)
+        return _pci.normalize_address(base)
     except (VgpuError, ValueError, TypeError, AttributeError):
         pass
     if "/mdev/devices/" in device_path:
@@ -389,7 +389,7 @@ def _vf_of_device_path(device_path, sysfs_root):
         link = os.path.join(sysfs_root, "bus", "mdev", "devices", base)
         try:
             parent = os.path.basename(os.path.dirname(os.readlink(link)))
-            return _store.normalize_vf_address(parent)
+            return _pci.normalize_address(parent)
         except (OSError, VgpuError, ValueError):
             return None
     return None

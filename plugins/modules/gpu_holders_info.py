@@ -138,23 +138,23 @@ card:
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.hypeman.vgpu.plugins.module_utils import _proc, _sysfs
+from ansible_collections.hypeman.vgpu.plugins.module_utils import _busy, _proc, _sysfs
 from ansible_collections.hypeman.vgpu.plugins.module_utils._errors import VgpuError
-from ansible_collections.hypeman.vgpu.plugins.module_utils._module import host_path_spec, new_module, run_module
+from ansible_collections.hypeman.vgpu.plugins.module_utils._module import run_host_module
 
 
 def _body(module):
     params = module.params
     result = {"changed": False}
-    nodes = None
-    if params["parent_gpu"] is not None:
+    if params["parent_gpu"] is None:
+        holders = _proc.scan_device_holders(params["proc_root"], params["dev_root"])
+    else:
         address = _sysfs.normalize_card_address(params["parent_gpu"])
-        nodes = _proc.card_nodes(params["sysfs_root"], params["proc_root"], params["dev_root"], address)
+        nodes, holders, _vf_of_node, _unreadable = _busy.card_holders(
+            params["sysfs_root"], params["proc_root"], params["dev_root"], address,
+            include_shared=params["include_shared"])
         if not nodes["exists"]:
             raise VgpuError("parent_gpu %s is not a PCI device under %s" % (address, params["sysfs_root"]))
-    holders = _proc.scan_device_holders(params["proc_root"], params["dev_root"])
-    if nodes is not None:
-        holders = _proc.card_holders(holders, nodes, params["dev_root"], params["include_shared"])
         result["card"] = {"address": address, "minor": nodes["minor"], "node": nodes["card"],
                           "vfio": nodes["vfio"], "errors": nodes["errors"]}
         if nodes["minor"] is None:
@@ -165,14 +165,10 @@ def _body(module):
 
 
 def main():
-    module = new_module(
-        AnsibleModule,
-        argument_spec=host_path_spec(
-            parent_gpu=dict(type="str"),
-            include_shared=dict(type="bool", default=True)),
-        supports_check_mode=True,
-    )
-    run_module(module, _body)
+    run_host_module(AnsibleModule, _body, dict(
+        parent_gpu=dict(type="str"),
+        include_shared=dict(type="bool", default=True),
+    ))
 
 
 if __name__ == "__main__":

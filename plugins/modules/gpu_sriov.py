@@ -357,8 +357,9 @@ import time
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.hypeman.vgpu.plugins.module_utils._errors import VgpuError
-from ansible_collections.hypeman.vgpu.plugins.module_utils._module import host_path_spec, new_module, run_module
-from ansible_collections.hypeman.vgpu.plugins.module_utils import _cmd, _hypeman, _proc, _sysfs
+from ansible_collections.hypeman.vgpu.plugins.module_utils._module import run_host_module
+from ansible_collections.hypeman.vgpu.plugins.module_utils import _busy, _cmd, _sysfs
+from ansible_collections.hypeman.vgpu.plugins.module_utils._sriov import Snapshot, expected_vf_addresses, shorten
 
 # A run of sriov-manage is never killed sooner: a half-done run can leave the card unbound.
 COMMAND_TIMEOUT = 600
@@ -368,148 +369,14 @@ UNBIND_LOCK_RE = re.compile(r"cannot obtain unbindlock", re.IGNORECASE)
 RETRIES_MAX = 100
 DELAY_MAX = 3600
 TIMEOUT_MAX = 86400
-# How many addresses a message lists before it says "and N more".
-_LIST_LIMIT = 8
-
 # The clock and the pause between checks (tests replace them with a simulated clock).
 _now = time.monotonic
 _sleep = time.sleep
 
 
-def _shorten(items):
-    items = list(items)
-    if len(items) <= _LIST_LIMIT:
-        return ", ".join(items)
-    return "%s and %d more" % (", ".join(items[:_LIST_LIMIT]), len(items) - _LIST_LIMIT)
+class SriovChange(object):
+    """One gpu_sriov run: inputs checked, safety checks, then sriov-manage driven to the requested state."""
 
-
-def _who(holder):
-    """``pid 1234 (nv-hostengine, unit nvidia-dcgm.service)``."""
-    parts = [holder.get("command") or "?"]
-    if holder.get("unit"):
-        parts.append("unit %s" % holder["unit"])
-    return "pid %d (%s)" % (holder["pid"], ", ".join(parts))
-
-
-def _read_int(path):
-    return _sysfs.go_atoi(_sysfs.read_attribute(path).strip())
-
-
-def expected_vf_addresses(sysfs_root, address, total):
-    """VF addresses the kernel will create: the PF's routing id + ``sriov_offset`` + k * ``sriov_stride``.
-
-    None when the card does not say (no readable offset/stride).
-    """
-    base = os.path.join(_sysfs.pci_devices_dir(sysfs_root), address)
-    try:
-        offset = _read_int(os.path.join(base, "sriov_offset"))
-        stride = _read_int(os.path.join(base, "sriov_stride"))
-    except (IOError, OSError, ValueError):
-        return None
-    domain, bus, rest = address.split(":")
-    dev, func = rest.split(".")
-    rid = (int(bus, 16) << 8) | (int(dev, 16) << 3) | int(func, 16)
-    out = []
-    for k in range(total or 0):
-        vf_rid = rid + offset + k * stride
-        out.append("%s:%02x:%02x.%x" % (domain, (vf_rid >> 8) & 0xFF, (vf_rid >> 3) & 0x1F, vf_rid & 0x7))
-    return out
-
-
-class Snapshot(object):
-    """The card's SR-IOV state as sysfs shows it at one moment."""
-
-    def __init__(self, sysfs_root, address):
-        parent = _sysfs.read_parent(sysfs_root, address)
-        self.address = address
-        self.exists = parent["exists"]
-        self.errors = list(parent["errors"])
-        self.vendor_id = parent["vendor_id"]
-        self.numvfs = parent["sriov_numvfs"]
-        self.totalvfs = parent["sriov_totalvfs"]
-        self.virtfns = parent["virtfns"]
-        self.discovery = _sysfs.discover(sysfs_root) if self.virtfns or self.numvfs else None
-        self._found = self.discovery.vf_map() if self.discovery is not None else {}
-        self._unreadable = {}
-        for entry in self.discovery.unreadable if self.discovery is not None else []:
-            self._unreadable.setdefault(entry["address"], entry)
-        self.vfs = [self._vf_view(sysfs_root, fn) for fn in self.virtfns]
-        # Every VF of the card: virtfn links plus anything whose physfn still points here.
-        addresses = set(fn["address"] for fn in self.virtfns)
-        if self.discovery is not None:
-            addresses.update(vf["address"] for vf in self.discovery.vfs if vf["parent"] == address)
-            addresses.update(entry["address"] for entry in self.discovery.unreadable if entry["parent"] == address)
-        self.all_vf_addresses = sorted(addresses)
-
-    def _vf_view(self, sysfs_root, fn):
-        view = {"index": fn["index"], "address": fn["address"], "readable": False, "current_type": None,
-                "creatable_types": None, "error": None}
-        found = self._found.get(fn["address"])
-        unreadable = self._unreadable.get(fn["address"])
-        if found is not None:
-            view["current_type"] = found["current_type"]
-            if found["parent"] != self.address:
-                view["error"] = "physfn of VF %s points at %s, not at %s" % (
-                    fn["address"], found["parent"], self.address)
-            elif found["creatable"] is None:
-                view["error"] = found["creatable_error"]
-            else:
-                view["readable"] = True
-                view["creatable_types"] = [p["name"] for p in found["creatable"]]
-        elif unreadable:
-            view["error"] = unreadable["error"]
-        elif not os.path.isdir(os.path.join(_sysfs.pci_devices_dir(sysfs_root), fn["address"])):
-            view["error"] = "virtfn%d points at %s, which is not a device in sysfs" % (fn["index"], fn["address"])
-        else:
-            view["error"] = ("VF %s has no vGPU files (no nvidia/creatable_vgpu_types): the nvidia driver has not "
-                             "probed it" % fn["address"])
-        return view
-
-    def allocated(self):
-        """``(allocated, unreadable)`` VFs of the card from hypeman's discovery."""
-        if self.discovery is None:
-            return [], []
-        allocated = [{"vf": vf["address"], "current_type": vf["current_type"]}
-                     for vf in self.discovery.vfs if vf["address"] in self.all_vf_addresses and vf["allocated"]]
-        unreadable = [{"vf": e["address"], "error": e["error"]}
-                      for e in self.discovery.unreadable if e["address"] in self.all_vf_addresses]
-        return allocated, unreadable
-
-    def summary(self):
-        return {"sriov_numvfs": self.numvfs, "sriov_totalvfs": self.totalvfs,
-                "vfs": [fn["address"] for fn in self.virtfns]}
-
-    def enabled_problems(self, need_types):
-        """What keeps the card from counting as enabled; [] when it does."""
-        problems = []
-        if self.numvfs != self.totalvfs:
-            problems.append("sriov_numvfs is %s, expected sriov_totalvfs %s" % (self.numvfs, self.totalvfs))
-        if len(self.virtfns) != (self.totalvfs or 0):
-            problems.append("%d virtfn link(s), expected %s" % (len(self.virtfns), self.totalvfs))
-        unreadable = [vf for vf in self.vfs if not vf["readable"]]
-        if unreadable:
-            problems.append("unreadable VF(s): %s" % "; ".join(vf["error"] for vf in unreadable[:_LIST_LIMIT]))
-            if len(unreadable) > _LIST_LIMIT:
-                problems[-1] += "; and %d more" % (len(unreadable) - _LIST_LIMIT)
-        if need_types:
-            empty = [vf["address"] for vf in self.vfs if vf["readable"] and not vf["creatable_types"]]
-            if empty:
-                problems.append("VF(s) without creatable vGPU types: %s" % _shorten(empty))
-        return problems
-
-    def disabled_problems(self, sysfs_root, old_vfs):
-        problems = []
-        if self.numvfs != 0:
-            problems.append("sriov_numvfs is %s, expected 0" % self.numvfs)
-        if self.virtfns:
-            problems.append("virtfn links remain for %s" % _shorten(fn["address"] for fn in self.virtfns))
-        left = [vf for vf in old_vfs if os.path.lexists(os.path.join(_sysfs.pci_devices_dir(sysfs_root), vf))]
-        if left:
-            problems.append("VF devices still in sysfs: %s" % _shorten(left))
-        return problems
-
-
-class Run(object):
     def __init__(self, module):
         self.module = module
         params = module.params
@@ -574,59 +441,8 @@ class Run(object):
 
     # ------------------------------------------------------------ safety
     def _scan_holders(self, snap, shared=False):
-        """Holders of the card's nodes (and of shared control nodes when asked), split per VF.
-
-        Returns ``(holders, card_holders, held_open, unreadable)``: ``card_holders``
-        hold the card's own ``nvidia<minor>`` (or the PF's VFIO) node, ``held_open``
-        are ``{vf, pid, ...}`` for each VF whose VFIO nodes a process holds,
-        ``unreadable`` what could not be read (fail closed).
-        """
-        dev_root = os.path.normpath(self.params["dev_root"])
-        nodes = _proc.card_nodes(self.sysfs_root, self.params["proc_root"], dev_root, self.address)
-        unreadable = [{"vf": None, "error": err} for err in nodes["errors"]]
-        vf_of_node = {}
-        # VFs whose physfn points here but that lost their virtfn link are checked too.
-        for vf in snap.all_vf_addresses:
-            paths, errors = _sysfs.vfio_nodes(self.sysfs_root, dev_root, vf)
-            unreadable.extend({"vf": vf, "error": err} for err in errors if err not in nodes["errors"])
-            vf_of_node.update((path, vf) for path in paths)
-        nodes["vfio"] = sorted(set(nodes["vfio"]) | set(vf_of_node))
-        scanned = _proc.scan_device_holders(self.params["proc_root"], dev_root)
-        holders, card_holders, held_open = [], [], []
-        for entry in _proc.card_holders(scanned, nodes, dev_root, include_shared=shared):
-            holder = {"pid": entry["pid"], "command": entry["command"], "cmdline": entry["cmdline"],
-                      "unit": entry["unit"], "paths": entry["paths"]}
-            holders.append(holder)
-            own = [path for path in entry["card_paths"] if path not in vf_of_node]
-            if own:
-                card_holders.append(dict(holder, paths=own))
-            by_vf = {}
-            for path in entry["card_paths"]:
-                if path in vf_of_node:
-                    by_vf.setdefault(vf_of_node[path], []).append(path)
-            for vf in sorted(by_vf):
-                held_open.append({"vf": vf, "pid": entry["pid"], "command": entry["command"], "unit": entry["unit"],
-                                  "paths": by_vf[vf]})
-        return holders, card_holders, held_open, unreadable
-
-    def _claims(self, snap):
-        """``(claimed, unreadable_metadata)`` for the card's VFs from instance metadata."""
-        try:
-            instances, unreadable = _hypeman.list_instances(self.params["data_dir"])
-        except VgpuError as err:
-            path = _hypeman.guests_dir(self.params["data_dir"])
-            return [], [{"instance_id": None, "path": path, "error": err.msg}]
-        mdev_vf = {}
-        if any(inst["mdev_uuid"] and not inst["vf_address"] for inst in instances):
-            mdev_vf = dict((m["uuid"], m["vf"]) for m in _sysfs.list_mdevs(self.sysfs_root))
-        card_vfs = set(snap.all_vf_addresses)
-        claimed = []
-        for inst in instances:
-            vf = inst["vf_address"] or mdev_vf.get(inst["mdev_uuid"])
-            if inst["device_path"] and vf in card_vfs:
-                claimed.append({"vf": vf, "instance_id": inst["id"], "name": inst["name"],
-                                "claim_field": inst["claim_field"], "metadata_path": inst["metadata_path"]})
-        return claimed, unreadable
+        return _busy.scan_card(self.sysfs_root, self.params["proc_root"], self.params["dev_root"], self.address,
+                               snap.all_vf_addresses, shared)
 
     def _refuse_if_busy(self, snap, disabling):
         """Refuse before sriov-manage runs: the card's VFs (when disabling) and its device node."""
@@ -638,7 +454,8 @@ class Run(object):
             culprits["allocated"], culprits["unreadable_vfs"] = snap.allocated()
             culprits["unreadable_vfs"].extend(unreadable_nodes)
             culprits["held_open"] = held_open
-            claimed, unreadable_meta = self._claims(snap)
+            claimed, unreadable_meta = _busy.vf_claims(self.sysfs_root, self.params["data_dir"],
+                                                       snap.all_vf_addresses)
             if self.params["force"]:
                 for claim in claimed:
                     self.module.warn("force: ignoring the claim of instance %s (%s) on VF %s in %s"
@@ -647,28 +464,7 @@ class Run(object):
                     self.module.warn("force: ignoring unreadable metadata %s: %s" % (entry["path"], entry["error"]))
             else:
                 culprits["claimed"], culprits["unreadable_metadata"] = claimed, unreadable_meta
-        reasons = []
-        if culprits["allocated"]:
-            reasons.append("allocated VF(s) (current_vgpu_type is not 0): %s" % _shorten(
-                "%s (type %s)" % (c["vf"], c["current_type"]) for c in culprits["allocated"]))
-        if culprits["unreadable_vfs"]:
-            reasons.append("VF(s) whose state cannot be read, so they cannot be proven free: %s" % _shorten(
-                c["error"] for c in culprits["unreadable_vfs"]))
-        if culprits["claimed"]:
-            reasons.append("VF(s) claimed in instance metadata (GPUDevicePath, counts even for a stopped instance; "
-                           "force skips only this check): %s" % _shorten(
-                               "%s by instance %s (%s)" % (c["vf"], c["instance_id"], c["name"])
-                               for c in culprits["claimed"]))
-        if culprits["unreadable_metadata"]:
-            reasons.append("instance metadata that cannot be read, so claims cannot be ruled out: %s" % _shorten(
-                "%s: %s" % (c["path"], c["error"]) for c in culprits["unreadable_metadata"]))
-        if culprits["held_open"]:
-            reasons.append("VF(s) held open: %s" % _shorten(
-                "%s by %s" % (c["vf"], _who(c)) for c in culprits["held_open"]))
-        if culprits["card_holders"]:
-            reasons.append("the card's device node is held open, so sriov-manage would fail with "
-                           "'Cannot obtain unbindLock': %s" % _shorten(
-                               "%s holds %s" % (_who(c), ", ".join(c["paths"])) for c in culprits["card_holders"]))
+        reasons = _busy.refusal_reasons(culprits)
         if reasons:
             action = "disable" if disabling else "enable"
             raise VgpuError("refusing to %s SR-IOV on %s: %s" % (action, self.address, "; ".join(reasons)),
@@ -691,7 +487,7 @@ class Run(object):
         if not result.skipped and UNBIND_LOCK_RE.search(result.output()):
             snap = Snapshot(self.sysfs_root, self.address)
             self.holders = self._scan_holders(snap, shared=True)[0]
-            who = "; ".join("%s holds %s" % (_who(h), ", ".join(h["paths"])) for h in self.holders)
+            who = "; ".join("%s holds %s" % (_busy.who(h), ", ".join(h["paths"])) for h in self.holders)
             raise VgpuError("sriov-manage %s %s: Cannot obtain unbindLock: %s" % (
                 flag, self.address, ("processes hold the card's device nodes now: %s. Stop them (for example with "
                                      "the hypeman.vgpu.dcgm_quiesce role) and run again" % who) if who else
@@ -758,7 +554,7 @@ class Run(object):
         raise VgpuError("sriov-manage -e %s did not produce working VFs: after %d run(s), waiting up to %s s after "
                         "each, sysfs shows %s%s. sriov-manage output: %s" % (
                             self.address, self.attempts, self.params["timeout"], "; ".join(problems),
-                            ("; missing VF(s): %s" % _shorten(missing)) if missing else "", outputs),
+                            ("; missing VF(s): %s" % shorten(missing)) if missing else "", outputs),
                         missing=missing, vfs=snap.vfs, **self._details(before, snap))
 
     def run(self):
@@ -806,26 +602,21 @@ def _diff_text(summary):
     return "\n".join(lines) + "\n"
 
 
-def body(module):
-    return Run(module).run()
+def _body(module):
+    return SriovChange(module).run()
 
 
 def main():
-    module = new_module(
-        AnsibleModule,
-        argument_spec=host_path_spec(
-            pci_address=dict(type="str", required=True),
-            state=dict(type="str", default="enabled", choices=["enabled", "disabled", "cycled"]),
-            sriov_manage=dict(type="path", default="/usr/lib/nvidia/sriov-manage"),
-            allowed_gpus=dict(type="list", elements="str"),
-            force=dict(type="bool", default=False),
-            retries=dict(type="int", default=2),
-            delay=dict(type="float", default=2),
-            timeout=dict(type="float", default=60),
-        ),
-        supports_check_mode=True,
-    )
-    run_module(module, body)
+    run_host_module(AnsibleModule, _body, dict(
+        pci_address=dict(type="str", required=True),
+        state=dict(type="str", default="enabled", choices=["enabled", "disabled", "cycled"]),
+        sriov_manage=dict(type="path", default="/usr/lib/nvidia/sriov-manage"),
+        allowed_gpus=dict(type="list", elements="str"),
+        force=dict(type="bool", default=False),
+        retries=dict(type="int", default=2),
+        delay=dict(type="float", default=2),
+        timeout=dict(type="float", default=60),
+    ))
 
 
 if __name__ == "__main__":

@@ -458,7 +458,7 @@ from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.hypeman.vgpu.plugins.module_utils import _audit, _metrics, _wedge
 from ansible_collections.hypeman.vgpu.plugins.module_utils._errors import VgpuError
 from ansible_collections.hypeman.vgpu.plugins.module_utils._module import (
-    host_path_spec, new_module, run_module, shown, store_path)
+    run_host_module, shown, store_path)
 
 
 def _body(module):
@@ -498,25 +498,20 @@ def _body(module):
 
 
 def main():
-    module = new_module(
-        AnsibleModule,
-        argument_spec=host_path_spec(
-            threshold=dict(type="int"),
-            sentinel=dict(type="bool", default=True),
-            hypeman_expected=dict(type="bool", default=True),
-            prerequisites=dict(type="bool", default=False),
-            sriov_manage=dict(type="path", default="/usr/lib/nvidia/sriov-manage"),
-            dcgm_units=dict(type="list", elements="str",
-                            default=list(_audit.DEFAULT_DCGM_UNITS)),
-            unit_dirs=dict(type="list", elements="path", default=list(_audit.DEFAULT_UNIT_DIRS)),
-            metrics_url=dict(type="str"),
-            metrics_timeout=dict(type="int", default=10),
-            sentinel_mode=dict(type="str", default="auto", choices=["auto", "markers", "vsock"]),
-            **_wedge.argument_spec()
-        ),
-        supports_check_mode=True,
-    )
-    run_module(module, _body)
+    run_host_module(AnsibleModule, _body, dict(
+        threshold=dict(type="int"),
+        sentinel=dict(type="bool", default=True),
+        hypeman_expected=dict(type="bool", default=True),
+        prerequisites=dict(type="bool", default=False),
+        sriov_manage=dict(type="path", default="/usr/lib/nvidia/sriov-manage"),
+        dcgm_units=dict(type="list", elements="str",
+                        default=list(_audit.DEFAULT_DCGM_UNITS)),
+        unit_dirs=dict(type="list", elements="path", default=list(_audit.DEFAULT_UNIT_DIRS)),
+        metrics_url=dict(type="str"),
+        metrics_timeout=dict(type="int", default=10),
+        sentinel_mode=dict(type="str", default="auto", choices=["auto", "markers", "vsock"]),
+        **_wedge.argument_spec()
+    ))
 
 
 if __name__ == "__main__":

@@ -342,10 +342,10 @@ import time
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.hypeman.vgpu.plugins.module_utils._errors import VgpuError
-from ansible_collections.hypeman.vgpu.plugins.module_utils._module import host_path_spec, new_module, run_module, store_path
+from ansible_collections.hypeman.vgpu.plugins.module_utils._module import run_host_module, store_path
 from ansible_collections.hypeman.vgpu.plugins.module_utils._hypeman import (
     resolve_threshold, warn_if_store_edited_while_running)
-from ansible_collections.hypeman.vgpu.plugins.module_utils import _gotime, _ledger, _store, _store_write, _sysfs
+from ansible_collections.hypeman.vgpu.plugins.module_utils import _gotime, _ledger, _pci, _store, _store_write, _sysfs
 
 
 # States that record something about a VF: the VF must exist (a typo would become a record).
@@ -353,7 +353,7 @@ STATES_NEEDING_HOST_VFS = ("failed", "succeeded", "quarantined")
 
 
 def card_address(params):
-    return _store.normalize_vf_address(params["parent_gpu"], "GPU", "0000:82:00.0")
+    return _pci.normalize_address(params["parent_gpu"], "card", "0000:82:00.0")
 
 
 def target_vfs(params, ledger):
@@ -362,7 +362,7 @@ def target_vfs(params, ledger):
     if params["vf_addresses"] is not None:
         seen, result = set(), []
         for text in params["vf_addresses"]:
-            address = _store.normalize_vf_address(text)
+            address = _pci.normalize_address(text)
             if address not in seen:
                 seen.add(address)
                 result.append(address)
@@ -417,8 +417,8 @@ def make_backup(module, path):
     return name
 
 
-class Run(object):
-    """One module run: options resolved, then a store mutation."""
+class StoreEdit(object):
+    """One vf_health run: options resolved, then a store mutation."""
 
     def __init__(self, module):
         self.module = module
@@ -666,41 +666,35 @@ def check_inputs(module):
         if not params["vf_addresses"]:
             raise VgpuError("vf_addresses is empty; expected at least one VF PCI address like 0000:82:00.4")
         for text in params["vf_addresses"]:
-            _store.normalize_vf_address(text)
+            _pci.normalize_address(text)
     if has_parent:
         card_address(params)
 
 
-def body(module):
+def _body(module):
     check_inputs(module)
-    return Run(module).run()
+    return StoreEdit(module).run()
 
 
 def main():
-    module = new_module(
-        AnsibleModule,
-        argument_spec=host_path_spec(
-            state=dict(type="str", required=True, choices=["failed", "succeeded", "quarantined", "absent",
-                                                           "repaired"]),
-            vf_addresses=dict(type="list", elements="str", aliases=["vf_address"]),
-            parent_gpu=dict(type="str"),
-            instance_id=dict(type="str"),
-            assigned_at=dict(type="str"),
-            threshold=dict(type="int"),
-            reason=dict(type="str"),
-            owned_only=dict(type="bool", default=True),
-            warn_hypeman_running=dict(type="bool", default=True),
-            backup=dict(type="bool", default=False),
-            requested_by=dict(type="str"),
-            job_id=dict(type="str"),
-            allow_absent=dict(type="bool", default=False),
-        ),
-        mutually_exclusive=[("vf_addresses", "parent_gpu")],
+    run_host_module(AnsibleModule, _body, dict(
+        state=dict(type="str", required=True, choices=["failed", "succeeded", "quarantined", "absent",
+                                                       "repaired"]),
+        vf_addresses=dict(type="list", elements="str", aliases=["vf_address"]),
+        parent_gpu=dict(type="str"),
+        instance_id=dict(type="str"),
+        assigned_at=dict(type="str"),
+        threshold=dict(type="int"),
+        reason=dict(type="str"),
+        owned_only=dict(type="bool", default=True),
+        warn_hypeman_running=dict(type="bool", default=True),
+        backup=dict(type="bool", default=False),
+        requested_by=dict(type="str"),
+        job_id=dict(type="str"),
+        allow_absent=dict(type="bool", default=False),
+    ), mutually_exclusive=[("vf_addresses", "parent_gpu")],
         required_if=[("state", "failed", ("instance_id", "assigned_at")),
-                     ("state", "succeeded", ("instance_id", "assigned_at"))],
-        supports_check_mode=True,
-    )
-    run_module(module, body)
+                     ("state", "succeeded", ("instance_id", "assigned_at"))])
 
 
 if __name__ == "__main__":

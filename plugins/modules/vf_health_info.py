@@ -200,12 +200,12 @@ ledger:
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.hypeman.vgpu.plugins.module_utils._errors import VgpuError
-from ansible_collections.hypeman.vgpu.plugins.module_utils._module import host_path_spec, new_module, run_module, store_path
+from ansible_collections.hypeman.vgpu.plugins.module_utils._module import run_host_module, store_path
 from ansible_collections.hypeman.vgpu.plugins.module_utils._hypeman import resolve_threshold
 from ansible_collections.hypeman.vgpu.plugins.module_utils import _ledger, _store, _store_write
 
 
-def body(module):
+def _body(module):
     params = module.params
     if params["ledger_entries"] < 0:
         raise VgpuError("ledger_entries is %d; expected 0 or more" % params["ledger_entries"])
@@ -238,15 +238,10 @@ def body(module):
 
 
 def main():
-    module = new_module(
-        AnsibleModule,
-        argument_spec=host_path_spec(
-            threshold=dict(type="int"),
-            ledger_entries=dict(type="int", default=20),
-        ),
-        supports_check_mode=True,
-    )
-    run_module(module, body)
+    run_host_module(AnsibleModule, _body, dict(
+        threshold=dict(type="int"),
+        ledger_entries=dict(type="int", default=20),
+    ))
 
 
 if __name__ == "__main__":

@@ -192,19 +192,17 @@ api:
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.hypeman.vgpu.plugins.module_utils import _hypeman, _sysfs
-from ansible_collections.hypeman.vgpu.plugins.module_utils._module import host_path_spec, new_module, run_module
+from ansible_collections.hypeman.vgpu.plugins.module_utils._module import run_host_module
 
 _OUTPUT_KEYS = ("id", "name", "profile", "framework", "device_path", "vf_address", "mdev_uuid", "parent_gpu",
                 "assigned_at", "claim_field", "retained_for_cleanup", "pid", "live", "live_reason",
                 "metadata_path")
 
 
-def _view(inst, sysfs_root):
+def _view(inst, sysfs_root, mdev_vf):
     view = dict((key, inst.get(key)) for key in _OUTPUT_KEYS if key != "parent_gpu")
     view["hypervisor"] = inst.get("hypervisor_type")
-    vf = inst.get("vf_address")
-    if vf is None and inst.get("mdev_uuid"):
-        vf = view["vf_address"] = _sysfs.mdev_vf(sysfs_root, inst["mdev_uuid"])
+    vf = view["vf_address"] = _hypeman.instance_vf(inst, mdev_vf.get)
     view["parent_gpu"] = _sysfs.parent_of(sysfs_root, vf) if vf else None
     return view
 
@@ -251,7 +249,10 @@ def _body(module):
     if unreadable:
         module.warn("%d instance metadata file(s) cannot be read: %s"
                     % (len(unreadable), ", ".join(entry["path"] for entry in unreadable)))
-    views = [_view(inst, params["sysfs_root"]) for inst in instances]
+    mdev_vf = {}
+    if any(not inst["vf_address"] and (inst["mdev_uuid"] or inst["device_path"]) for inst in instances):
+        mdev_vf = _sysfs.mdev_vfs(params["sysfs_root"])
+    views = [_view(inst, params["sysfs_root"], mdev_vf) for inst in instances]
     if params["api_url"]:
         # Only runs that cross-check load the HTTP stack.
         from ansible_collections.hypeman.vgpu.plugins.module_utils import _api
@@ -279,15 +280,10 @@ def _body(module):
 
 
 def main():
-    module = new_module(
-        AnsibleModule,
-        argument_spec=host_path_spec(
-            parent_gpu=dict(type="str"),
-            vgpu_only=dict(type="bool", default=False),
-        ),
-        supports_check_mode=True,
-    )
-    run_module(module, _body)
+    run_host_module(AnsibleModule, _body, dict(
+        parent_gpu=dict(type="str"),
+        vgpu_only=dict(type="bool", default=False),
+    ))
 
 
 if __name__ == "__main__":

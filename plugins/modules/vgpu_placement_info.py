@@ -287,6 +287,23 @@ gpus:
       description: Those whose VMM is live or might be (liveness ambiguous).
       type: list
       elements: str
+    busy:
+      description:
+        - Whether anything still holds the card, so that a drain must wait. That is an instance claiming one of
+          its VFs in its metadata (live or stopped), a VF held open or one whose open handles cannot be told, or
+          instance metadata that cannot be read. True exactly when RV(gpus[].busy_reasons) is not empty.
+      type: bool
+      sample: true
+    busy_reasons:
+      description:
+        - What holds the card, one line each, in this order. C(live instance <id>) and C(claim in the metadata of
+          stopped instance <id>) for each claiming instance; C(<N> VF(s) held open), or C(whether VFs are held
+          open cannot be told); C(unreadable instance metadata <path>) for each metadata file that cannot be read.
+        - This is what the C(hypeman.vgpu.gpu_drain) role waits for. C(hypeman.vgpu.gpu_sriov) applies the same
+          claims and held-open checks, and also refuses on allocated VFs and on holders of the card's device node.
+      type: list
+      elements: str
+      sample: ["live instance tz4a98xxat96iws9zmbrgj3a", "1 VF(s) held open"]
     errors:
       description: Unreadable card attributes.
       type: list
@@ -556,7 +573,7 @@ api:
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.hypeman.vgpu.plugins.module_utils import _placement, _wedge
-from ansible_collections.hypeman.vgpu.plugins.module_utils._module import host_path_spec, new_module, run_module, store_path
+from ansible_collections.hypeman.vgpu.plugins.module_utils._module import run_host_module, store_path
 
 
 def _body(module):
@@ -588,13 +605,9 @@ def _body(module):
 
 
 def main():
-    module = new_module(
-        AnsibleModule,
-        argument_spec=host_path_spec(
-            profile=dict(type="str"), **_wedge.argument_spec()),
-        supports_check_mode=True,
-    )
-    run_module(module, _body)
+    run_host_module(AnsibleModule, _body, dict(
+        profile=dict(type="str"), **_wedge.argument_spec()
+    ))
 
 
 if __name__ == "__main__":

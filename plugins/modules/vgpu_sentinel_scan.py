@@ -352,7 +352,7 @@ log_evidence_reason:
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.hypeman.vgpu.plugins.module_utils import _hypeman, _sentinel, _sentinel_mode, _store_write
-from ansible_collections.hypeman.vgpu.plugins.module_utils._module import host_path_spec, new_module, run_module, store_path
+from ansible_collections.hypeman.vgpu.plugins.module_utils._module import run_host_module, store_path
 
 
 def _text(data):
@@ -432,17 +432,12 @@ def _body(module):
 
 
 def main():
-    module = new_module(
-        AnsibleModule,
-        argument_spec=host_path_spec(
-            record=dict(type="bool", default=False),
-            threshold=dict(type="int"),
-            instances=dict(type="list", elements="str"),
-            sentinel_mode=dict(type="str", default="auto", choices=list(_sentinel_mode.OPTION_CHOICES)),
-        ),
-        supports_check_mode=True,
-    )
-    run_module(module, _body)
+    run_host_module(AnsibleModule, _body, dict(
+        record=dict(type="bool", default=False),
+        threshold=dict(type="int"),
+        instances=dict(type="list", elements="str"),
+        sentinel_mode=dict(type="str", default="auto", choices=list(_sentinel_mode.OPTION_CHOICES)),
+    ))
 
 
 if __name__ == "__main__":

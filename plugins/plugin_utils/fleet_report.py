@@ -18,6 +18,7 @@ import json
 import re
 
 from ansible_collections.hypeman.vgpu.plugins.module_utils import _gotime
+from ansible_collections.hypeman.vgpu.plugins.module_utils._audit import issue as _issue
 
 REPORT_SCHEMA = 1
 SEVERITY_ORDER = {"critical": 0, "warning": 1, "info": 2, "ok": 3}
@@ -26,10 +27,6 @@ REPAIRS = ("store", "sentinel", "reevaluate")
 
 class ReportError(ValueError):
     """Bad input to the report (for example an unknown policy)."""
-
-
-def _issue(severity, code, message, action=None, subject=None):
-    return {"severity": severity, "code": code, "message": message, "action": action, "subject": subject}
 
 
 # --- one host -----------------------------------------------------------------------------------

@@ -1,13 +1,16 @@
 # -*- coding: utf-8 -*-
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
-"""Test equipment for hostile-input tests: a hang detector and hostile file kinds in place of a file."""
+"""Test equipment for hostile-input tests: a hang detector, hostile file kinds in place of a file,
+and the one tree fingerprint that proves a run changed nothing."""
 
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import os
 import shutil
 import signal
+import stat
 
 
 class Hang(BaseException):
@@ -55,3 +58,22 @@ def replace_with(path, how, content=b""):
     elif how != "missing":
         raise ValueError("unknown hostile kind %r" % how)
     return path
+
+
+def tree_fingerprint(root):
+    """``{path: description}`` of everything under ``root``, links not followed: compare two to prove
+    a run changed nothing. Regular files by mode and content hash, links by target, anything else
+    (directories, FIFOs, sockets, devices) by mode only, so a hostile tree is never opened."""
+    found = {}
+    for base, dirs, files in os.walk(str(root)):
+        for name in dirs + files:
+            path = os.path.join(base, name)
+            info = os.lstat(path)
+            if stat.S_ISLNK(info.st_mode):
+                found[path] = "link " + os.readlink(path)
+            elif stat.S_ISREG(info.st_mode):
+                with open(path, "rb") as handle:
+                    found[path] = "file %o %s" % (info.st_mode, hashlib.sha256(handle.read()).hexdigest())
+            else:
+                found[path] = "mode %o" % info.st_mode
+    return found

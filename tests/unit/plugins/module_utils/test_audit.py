@@ -4,11 +4,9 @@
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import shutil
-import stat
 
 import pytest
 from hypothesis import given, settings
@@ -19,6 +17,7 @@ from ansible_collections.hypeman.vgpu.plugins.module_utils._errors import VgpuEr
 from ansible_collections.hypeman.vgpu.tests.sim import guestlog
 from ansible_collections.hypeman.vgpu.tests.sim.hosttree import HostTree
 from ansible_collections.hypeman.vgpu.tests.unit.plugins.module_utils.api_stub import ApiStub, closed_port_url
+from ansible_collections.hypeman.vgpu.tests.unit.hostile import tree_fingerprint
 
 Q_AT = "2026-08-22T00:00:00Z"
 MARKER_NS = 1788177630000000000  # after hosttree's default claim time
@@ -51,22 +50,6 @@ def audit(tree, **kwargs):
 
 def codes(result):
     return sorted(set(issue["code"] for issue in result["issues"]))
-
-
-def fingerprint(root):
-    out = {}
-    for base, dirs, files in os.walk(str(root)):
-        for name in dirs + files:
-            path = os.path.join(base, name)
-            info = os.lstat(path)
-            if stat.S_ISLNK(info.st_mode):
-                out[path] = os.readlink(path)
-            elif stat.S_ISREG(info.st_mode):
-                with open(path, "rb") as handle:
-                    out[path] = (info.st_mode, hashlib.sha256(handle.read()).hexdigest())
-            else:
-                out[path] = info.st_mode
-    return out
 
 
 def wedge(tree, vf, verdict="failed"):
@@ -210,10 +193,10 @@ def test_audit_writes_nothing(tree):
     guestlog.append(os.path.join(tree.data_dir, "guests", "inst-wedged", "logs", "app.log"),
                     guestlog.report("ok", MARKER_NS + 10 ** 9))
     tree.write_store([{"vf_address": vf, "failures": [failure("inst-old")]}])
-    before = fingerprint(tree.root)
+    before = tree_fingerprint(tree.root)
     first = audit(tree)
     second = audit(tree)
-    assert fingerprint(tree.root) == before
+    assert tree_fingerprint(tree.root) == before
     assert first == second
     assert first["sentinel"]["findings"][0]["verdict"] == "ok"
 

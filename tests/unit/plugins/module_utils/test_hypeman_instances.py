@@ -239,3 +239,18 @@ def test_api_instances_shapes():
     assert _api.api_instances([{"id": "a"}]) == [{"id": "a"}]
     assert _api.api_instances({"instances": [{"id": "a"}]}) == [{"id": "a"}]
     assert _api.api_instances({"gpu": None}) is None
+
+
+@pytest.mark.parametrize("inst, expected", [
+    ({"vf_address": "0000:82:00.4", "mdev_uuid": None, "device_path": "/sys/bus/pci/devices/0000:82:00.4"},
+     "0000:82:00.4"),
+    ({"vf_address": None, "mdev_uuid": "u-1", "device_path": "/sys/bus/mdev/devices/u-1"}, "0000:82:00.5"),
+    # GPUMdevUUID empty: the UUID is the basename of GPUDevicePath (the copies used to disagree here).
+    ({"vf_address": None, "mdev_uuid": None, "device_path": "/sys/bus/mdev/devices/u-1/"}, "0000:82:00.5"),
+    # GPUMdevUUID names no mdev on the host: GPUDevicePath still may.
+    ({"vf_address": None, "mdev_uuid": "gone", "device_path": "/sys/bus/mdev/devices/u-1"}, "0000:82:00.5"),
+    ({"vf_address": None, "mdev_uuid": "gone", "device_path": None}, None),
+    ({"vf_address": None, "mdev_uuid": None, "device_path": None}, None),
+])
+def test_instance_vf_is_one_rule_for_pci_and_mdev_claims(inst, expected):
+    assert _hypeman.instance_vf(inst, {"u-1": "0000:82:00.5"}.get) == expected

@@ -169,6 +169,24 @@ def test_card_states_drained_overflow_idle(tree):
                                   "VFs held open: %s" % busy.vfs[0]]
     assert empty["vf_total"] == 0 and empty["sriov_numvfs"] == 0 and empty["rank"] is None
     assert empty["drained"] is False and empty["idle"] is True
+    # busy: what a drain waits for (claims and open VFs); an allocated VF alone keeps a card from idle, not busy.
+    assert (b["busy"], b["busy_reasons"]) == (True, ["live instance vm", "1 VF(s) held open"])
+    assert all((g["busy"], g["busy_reasons"]) == (False, []) for g in (d, o, empty))
+
+
+def test_busy_reasons_word_every_holder_as_the_drain_role_did(tree):
+    card = tree.add_card("L40S", "0000:82:00.0", numvfs=4)
+    tree.add_instance("on", vf=card.vfs[0], profile="NVIDIA L40S-2Q")
+    tree.add_instance("off", vf=card.vfs[1], profile="NVIDIA L40S-2Q", liveness="stopped", set_type=False)
+    tree.add_process(comm="qemu-system-x86", fds=tree.vf_nodes(card.vfs[2]))
+    os.makedirs(os.path.join(tree.data_dir, "guests", "broken"))
+    broken = os.path.join(tree.data_dir, "guests", "broken", "metadata.json")
+    with open(broken, "w") as handle:
+        handle.write("{")
+    card_view = gpu(view(tree), card.address)
+    assert card_view["busy"] is True
+    assert card_view["busy_reasons"] == ["live instance on", "claim in the metadata of stopped instance off",
+                                         "2 VF(s) held open", "unreadable instance metadata %s" % broken]
 
 
 def test_a_stopped_instance_still_claims_its_vf(tree):
@@ -208,6 +226,7 @@ def test_open_handle_scan_failure_is_unknown_not_free(tree):
     assert card_view["held_open"] is None and card_view["idle"] is False
     expected = "open handles unknown for VFs %s: %s" % (", ".join(card.vfs), result["held_open_error"])
     assert card_view["idle_blockers"] == [expected]
+    assert card_view["busy"] is True and card_view["busy_reasons"] == ["whether VFs are held open cannot be told"]
 
 
 def test_a_dirty_vf_held_open_without_claim(tree):
@@ -293,6 +312,19 @@ def test_no_candidate_reasons(tree, setup, profile, reason):
         tree.write_store([{"vf_address": card.vfs[0], "quarantined_at": Q_AT}])
     candidates = view(tree, profile=profile)["candidates"]
     assert candidates["reason"] == reason and candidates["gpu"] is None and candidates["vfs"] == []
+
+
+@pytest.mark.parametrize("profile, quoted", [
+    ("L40S-2Q \u00e9", '"L40S-2Q \u00e9"'),        # Go prints printable non-ASCII as it is (JSON would escape it)
+    ("a\x01b", '"a\\x01b"'),                        # a control character is \x01, not JSON's \u0001
+    ("a\u2028b", '"a\\u2028b"'),                    # a non-printable rune is \u2028
+])
+def test_no_candidate_reasons_quote_the_profile_like_gos_q(tree, profile, quoted):
+    card = tree.add_card("L40S", "0000:82:00.0", numvfs=2, realistic=False)
+    tree.set_creatable(card.vfs[0], ["NVIDIA L40S-2Q"])
+    candidates = view(tree, profile=profile)["candidates"]
+    assert candidates["reason"] == ("profile %s is not creatable on any VF (unknown profile or insufficient capacity)"
+                                    % quoted)
 
 
 def test_unreadable_metadata_stops_hypemans_claim(tree):

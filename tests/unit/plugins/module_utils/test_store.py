@@ -12,7 +12,7 @@ from ansible_collections.hypeman.vgpu.plugins.module_utils import _store, _store
 from ansible_collections.hypeman.vgpu.plugins.module_utils._errors import VgpuError
 from ansible_collections.hypeman.vgpu.plugins.module_utils._gotime import parse_rfc3339
 from ansible_collections.hypeman.vgpu.plugins.module_utils._store import (
-    Failure, HealthStore, Record, load_store, normalize_vf_address, parse_store_bytes,
+    Failure, HealthStore, Record, load_store, parse_store_bytes,
 )
 
 T1 = parse_rfc3339("2026-08-20T15:01:00Z")
@@ -96,34 +96,6 @@ def doc(*records):
 
 
 # --- addresses ---------------------------------------------------------------------
-
-
-@pytest.mark.parametrize("text, expected", [
-    ("0000:82:00.4", "0000:82:00.4"),
-    ("0000:E3:00.5", "0000:e3:00.5"),
-    ("82:00.4", "0000:82:00.4"),
-    ("1:82:1f.7", "0001:82:1f.7"),
-    ("  0000:82:00.4 ", "0000:82:00.4"),
-])
-def test_normalize_vf_address(text, expected):
-    assert normalize_vf_address(text) == expected
-
-
-@pytest.mark.parametrize("text", ["", "not-a-pci-address", "0000:82:00.8", "0000:82:00", "00000:82:00.4",
-                                  "0000:8:00.4", "0000:82:00.4\n5", "g000:82:00.4", None, 5])
-def test_normalize_rejects_with_value_and_expected_form(text):
-    with pytest.raises(VgpuError) as err:
-        normalize_vf_address(text)
-    assert repr(text) in err.value.msg
-    assert "expected a PCI function address like 0000:82:00.4" in err.value.msg
-
-
-@pytest.mark.parametrize("text, ok", [
-    ("0000:82:00.4", True), ("0000:E3:00.4", False), ("0000:82:00.8", False),
-    ("000:82:00.4", False), ("0000:82:00.4\n", False), ("ffff:ff:ff.7", True),
-])
-def test_vf_address_re_is_hypemans(text, ok):
-    assert bool(_store.VF_ADDRESS_RE.match(text)) is ok
 
 
 # --- loading: valid forms and Go decoding details --------------------------------------

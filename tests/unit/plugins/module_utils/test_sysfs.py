@@ -39,6 +39,7 @@ def test_parse_creatable_only_header_is_empty():
     ("ID    : vGPU Name\n1147  :   \n", 'parse creatable vGPU types line 2: "1147  :"'),
     ("ID    : vGPU Name\nabc : NVIDIA L40S-1Q\n", 'parse vGPU type ID "abc"'),
     ("ID    : vGPU Name\n1_0 : NVIDIA L40S-1Q\n", 'parse vGPU type ID "1_0"'),  # Python int() would accept it
+    ("ID    : vGPU Name\nbad\tline\x7f\n", 'parse creatable vGPU types line 2: "bad\\tline\\x7f"'),  # Go's %q
 ])
 def test_parse_creatable_rejects_garbage_like_hypeman(text, message):
     with pytest.raises(ValueError) as err:
@@ -251,4 +252,4 @@ def test_discover_mdev(tmp_path):
     assert [p["name"] for p in free["creatable"]] == ["NVIDIA L40S-2Q"]
     assert free["creatable"][0]["available"] == 1
     assert {"id": "nvidia-1148", "name": "NVIDIA L40S-2Q", "framebuffer_mb": 2048} in found.mdev_profiles
-    assert _sysfs.mdev_vf(tree.sysfs_root, tree.mdev_uuid(card.vfs[1])) == card.vfs[1]
+    assert _sysfs.mdev_vfs(tree.sysfs_root)[tree.mdev_uuid(card.vfs[1])] == card.vfs[1]

@@ -9,7 +9,6 @@ slow-creation and timeout cases never depend on wall time.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import shutil
@@ -20,6 +19,7 @@ import pytest
 
 from ansible_collections.hypeman.vgpu.plugins.modules import gpu_sriov
 from ansible_collections.hypeman.vgpu.tests.sim.hosttree import MODELS, HostTree, vf_addresses
+from ansible_collections.hypeman.vgpu.tests.unit.hostile import tree_fingerprint
 from ansible_collections.hypeman.vgpu.tests.unit.plugins.modules.module_results import run_module, warning_texts
 
 CARD = "0000:82:00.0"
@@ -54,10 +54,10 @@ class Clock(object):
 class Host(object):
     """A host tree with one L40S card (plus an A100 as a neighbour) and a fake sriov-manage."""
 
-    def __init__(self, root, numvfs=None, mode="normal", **settings):
+    def __init__(self, root, numvfs=None, mode="normal", framework="vendor-vfio", **settings):
         self.root = str(root)
         self.tree = HostTree(os.path.join(self.root, "host"))
-        self.card = self.tree.add_card("L40S", CARD, numvfs=numvfs)
+        self.card = self.tree.add_card("L40S", CARD, numvfs=numvfs, framework=framework)
         self.other = self.tree.add_card("A100", OTHER_CARD)
         self.tool_dir = os.path.join(self.root, "tool")
         os.makedirs(self.tool_dir)
@@ -104,19 +104,7 @@ class Host(object):
             return int(handle.read())
 
     def fingerprint(self):
-        """Hash of everything in the host tree: paths, link targets and file contents."""
-        digest = hashlib.sha256()
-        for base, dirs, files in os.walk(self.tree.root):
-            dirs.sort()
-            for name in sorted(dirs + files):
-                path = os.path.join(base, name)
-                digest.update(path.encode())
-                if os.path.islink(path):
-                    digest.update(b"->" + os.readlink(path).encode())
-                elif os.path.isfile(path):
-                    with open(path, "rb") as handle:
-                        digest.update(handle.read())
-        return digest.hexdigest()
+        return tree_fingerprint(self.tree.root)
 
     def dcgm(self):
         """nv-hostengine in nvidia-dcgm.service holding the card's node and the shared control node."""
@@ -373,6 +361,18 @@ def test_refuses_while_a_vf_is_allocated_even_with_force(tmp_path, capsys, state
         assert result["culprits"]["allocated"] == [{"vf": CARD_VFS[2], "current_type": "1150"}]
         assert result["changed"] is False and result["commands"] == []
     assert host.calls() == [] and host.fingerprint() == before
+
+
+@pytest.mark.parametrize("mdev_uuid_written", [True, False])
+def test_an_mdev_claim_is_found_with_or_without_gpumdevuuid(tmp_path, capsys, mdev_uuid_written):
+    # GPUDevicePath is /sys/bus/mdev/devices/<uuid>; gpu_sriov used to miss the claim when GPUMdevUUID was empty.
+    host = Host(tmp_path, framework="mdev")
+    host.tree.add_instance("inst-mdev", vf=CARD_VFS[3], profile="NVIDIA L40S-2Q", liveness="stopped",
+                           extra=None if mdev_uuid_written else {"GPUMdevUUID": ""})
+    result = host.run(capsys, check_mode=True, state="disabled")
+    assert result["failed"] is True
+    assert "%s by instance inst-mdev" % CARD_VFS[3] in result["msg"]
+    assert [c["vf"] for c in result["culprits"]["claimed"]] == [CARD_VFS[3]]
 
 
 @pytest.mark.parametrize("state", ["disabled", "cycled"])

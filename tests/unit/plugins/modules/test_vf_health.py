@@ -5,7 +5,6 @@
 from __future__ import annotations
 
 import errno
-import hashlib
 import os
 
 import pytest
@@ -15,6 +14,7 @@ from ansible_collections.hypeman.vgpu.plugins.module_utils._errors import VgpuEr
 from ansible_collections.hypeman.vgpu.plugins.modules import vf_health
 from ansible_collections.hypeman.vgpu.tests.sim.hosttree import HostTree
 from ansible_collections.hypeman.vgpu.tests.unit.plugins.modules.module_results import run_module, warning_texts
+from ansible_collections.hypeman.vgpu.tests.unit.hostile import tree_fingerprint
 
 CARD = "0000:82:00.0"
 ASSIGNED = "2026-08-20T15:00:00.123456789Z"
@@ -56,19 +56,7 @@ class Host(object):
         return _ledger.read_ledger(self.tree.state_dir)
 
     def snapshot(self):
-        """Digest of every file (and link) under the host root."""
-        digest = {}
-        for base, dirs, files in os.walk(self.tree.root):
-            for name in dirs + files:
-                full = os.path.join(base, name)
-                if os.path.islink(full):
-                    digest[full] = "link:" + os.readlink(full)
-                elif os.path.isfile(full):
-                    with open(full, "rb") as handle:
-                        digest[full] = hashlib.sha256(handle.read()).hexdigest()
-                else:
-                    digest[full] = "dir"
-        return digest
+        return tree_fingerprint(self.tree.root)
 
 
 @pytest.fixture
@@ -110,7 +98,7 @@ def write_config(host, text):
 @pytest.mark.parametrize("args, message", [
     (dict(state="quarantined", vf_addresses=["not-a-pci-address"]), "invalid VF address 'not-a-pci-address'"),
     (dict(state="quarantined", vf_addresses=["0000:82:00.4", "0000:82:00.9"]), "invalid VF address '0000:82:00.9'"),
-    (dict(state="quarantined", parent_gpu="82:00"), "invalid GPU address '82:00': expected a PCI function "
+    (dict(state="quarantined", parent_gpu="82:00"), "invalid card address '82:00': expected a PCI function "
                                                     "address like 0000:82:00.0"),
     (dict(state="quarantined", vf_addresses=["0000:82:00.3"]),
      "state=quarantined refused: not a VF on this host: 0000:82:00.3 (no such device under "),

@@ -4,7 +4,6 @@
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 
@@ -14,6 +13,7 @@ from ansible_collections.hypeman.vgpu.plugins.module_utils import _ledger
 from ansible_collections.hypeman.vgpu.plugins.module_utils._gotime import parse_rfc3339
 from ansible_collections.hypeman.vgpu.plugins.modules import vf_health_info
 from ansible_collections.hypeman.vgpu.tests.unit.plugins.modules.module_results import run_module
+from ansible_collections.hypeman.vgpu.tests.unit.hostile import tree_fingerprint
 
 STORE = b'''{"version":1,"records":[
  {"vf_address":"0000:82:00.4","failures":[{"instance_id":"a","reported_at":"2026-08-20T15:00:00Z"},
@@ -43,12 +43,7 @@ class Info(object):
         return run_module(vf_health_info.main, params, capsys)
 
     def digest(self):
-        found = {}
-        for base, _dirs, files in os.walk(self.root):
-            for name in files:
-                with open(os.path.join(base, name), "rb") as handle:
-                    found[os.path.join(base, name)] = hashlib.sha256(handle.read()).hexdigest()
-        return found
+        return tree_fingerprint(self.root)
 
 
 @pytest.fixture

@@ -82,6 +82,15 @@ def test_mdev_instances_resolve_their_vf(tmp_path, capsys):
     assert inst["vf_address"] == card.vfs[1] and inst["parent_gpu"] == "0000:82:00.0"
 
 
+def test_mdev_claim_without_gpumdevuuid_resolves_through_the_device_path(tmp_path, capsys):
+    tree = HostTree(tmp_path)
+    card = tree.add_card("L40S", "0000:82:00.0", numvfs=2, framework="mdev")
+    tree.add_instance("m", vf=card.vfs[1], profile="NVIDIA L40S-2Q", extra={"GPUMdevUUID": ""})
+    inst = run(tree, capsys)["instances"][0]
+    assert inst["mdev_uuid"] is None
+    assert inst["vf_address"] == card.vfs[1] and inst["parent_gpu"] == "0000:82:00.0"
+
+
 def test_api_cross_check(tree, capsys):
     listed = [
         {"id": "on-a", "gpu": {"profile": "NVIDIA L40S-2Q", "device_path": "/sys/bus/pci/devices/0000:82:00.4"}},

@@ -1,0 +1,161 @@
+# -*- coding: utf-8 -*-
+# Copyright: hypeman.vgpu contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""What holds a card: the one definition of "card busy" (standard library only).
+
+A card is busy while anything uses its VFs or its device nodes: an instance
+whose metadata claims one of its VFs (any non-empty ``GPUDevicePath``, live
+or stopped: docs/hypeman-interface.md §3), a process holding a VF's VFIO
+nodes open, or metadata that cannot be read (it may claim a VF: fail closed).
+An SR-IOV change also needs every VF free of a vGPU and the card's own
+``/dev/nvidia<minor>`` node unheld (else ``sriov-manage`` fails with
+``Cannot obtain unbindLock``).
+
+Two readers word it: :func:`drain_reasons` (what a drain waits for, per card
+in ``vgpu_placement_info``'s ``busy_reasons``, read by the ``gpu_drain`` role)
+and :func:`refusal_reasons` (why ``gpu_sriov`` refuses). Both build on the
+same claims (:func:`vf_claims`, through ``_hypeman.instance_vf``) and the same
+holder scan (:func:`scan_card`, also behind ``gpu_holders_info``).
+"""
+
+from __future__ import annotations
+
+import os
+
+from ansible_collections.hypeman.vgpu.plugins.module_utils import _hypeman, _proc, _sysfs
+from ansible_collections.hypeman.vgpu.plugins.module_utils._errors import VgpuError
+from ansible_collections.hypeman.vgpu.plugins.module_utils._sriov import shorten
+
+
+def who(holder):
+    """``pid 1234 (nv-hostengine, unit nvidia-dcgm.service)``."""
+    parts = [holder.get("command") or "?"]
+    if holder.get("unit"):
+        parts.append("unit %s" % holder["unit"])
+    return "pid %d (%s)" % (holder["pid"], ", ".join(parts))
+
+
+def card_holders(sysfs_root, proc_root, dev_root, address, vf_addresses=(), include_shared=True):
+    """Processes holding one card's nodes: ``(nodes, holders, vf_of_node, unreadable)``.
+
+    ``nodes`` is :func:`_proc.card_nodes` with the VFIO nodes of
+    ``vf_addresses`` added (VFs that lost their ``virtfn`` link still count);
+    ``holders`` are :func:`_proc.card_holders` entries; ``vf_of_node`` maps a
+    VF's VFIO node to the VF; ``unreadable`` lists ``{vf, error}`` for what
+    could not be read (fail closed). ``nodes["exists"]`` is false when there
+    is no such PCI device (then nothing is scanned).
+    """
+    nodes = _proc.card_nodes(sysfs_root, proc_root, dev_root, address)
+    if not nodes["exists"]:
+        return nodes, [], {}, []  # no such device: nothing to scan /proc for
+    unreadable = [{"vf": None, "error": err} for err in nodes["errors"]]
+    vf_of_node = {}
+    for vf in vf_addresses:
+        paths, errors = _sysfs.vfio_nodes(sysfs_root, dev_root, vf)
+        unreadable.extend({"vf": vf, "error": err} for err in errors if err not in nodes["errors"])
+        vf_of_node.update((path, vf) for path in paths)
+    nodes["vfio"] = sorted(set(nodes["vfio"]) | set(vf_of_node))
+    scanned = _proc.scan_device_holders(proc_root, dev_root)
+    return nodes, _proc.card_holders(scanned, nodes, dev_root, include_shared), vf_of_node, unreadable
+
+
+def scan_card(sysfs_root, proc_root, dev_root, address, vf_addresses, shared=False):
+    """Holders of the card's nodes split per VF: ``(holders, card_holders, held_open, unreadable)``.
+
+    ``card_holders`` hold the card's own ``nvidia<minor>`` (or the PF's VFIO)
+    node, ``held_open`` are ``{vf, pid, command, unit, paths}`` for each VF
+    whose VFIO nodes a process holds; ``shared`` also lists holders of the
+    control nodes every card uses.
+    """
+    dev_root = os.path.normpath(dev_root)
+    _nodes, entries, vf_of_node, unreadable = card_holders(sysfs_root, proc_root, dev_root, address,
+                                                           vf_addresses, include_shared=shared)
+    holders, card_only, held_open = [], [], []
+    for entry in entries:
+        holder = {"pid": entry["pid"], "command": entry["command"], "cmdline": entry["cmdline"],
+                  "unit": entry["unit"], "paths": entry["paths"]}
+        holders.append(holder)
+        own = [path for path in entry["card_paths"] if path not in vf_of_node]
+        if own:
+            card_only.append(dict(holder, paths=own))
+        by_vf = {}
+        for path in entry["card_paths"]:
+            if path in vf_of_node:
+                by_vf.setdefault(vf_of_node[path], []).append(path)
+        for vf in sorted(by_vf):
+            held_open.append({"vf": vf, "pid": entry["pid"], "command": entry["command"], "unit": entry["unit"],
+                              "paths": by_vf[vf]})
+    return holders, card_only, held_open, unreadable
+
+
+def vf_claims(sysfs_root, data_dir, card_vfs):
+    """``(claimed, unreadable_metadata)``: instances whose metadata claims one of ``card_vfs``.
+
+    A claim is any non-empty ``GPUDevicePath``, whether the instance runs or
+    not; a ``guests`` directory that cannot be listed is one unreadable entry.
+    """
+    try:
+        instances, unreadable = _hypeman.list_instances(data_dir)
+    except VgpuError as err:
+        return [], [{"instance_id": None, "path": _hypeman.guests_dir(data_dir), "error": err.msg}]
+    mdev_vf = {}
+    if any(inst["device_path"] and not inst["vf_address"] for inst in instances):
+        mdev_vf = _sysfs.mdev_vfs(sysfs_root)
+    card_vfs = set(card_vfs)
+    claimed = []
+    for inst in instances:
+        vf = _hypeman.instance_vf(inst, mdev_vf.get) if inst["device_path"] else None
+        if vf in card_vfs:
+            claimed.append({"vf": vf, "instance_id": inst["id"], "name": inst["name"],
+                            "claim_field": inst["claim_field"], "metadata_path": inst["metadata_path"]})
+    return claimed, unreadable
+
+
+def drain_reasons(live_instances, instances, held_open, unreadable_metadata):
+    """What a drain of the card waits for, one line each (``vgpu_placement_info``'s ``busy_reasons``).
+
+    ``live_instances`` / ``instances``: ids of instances claiming a VF of the
+    card (live ones, all); ``held_open``: how many of its VFs are held open,
+    None when that cannot be told; ``unreadable_metadata``: ``{path, ...}`` of
+    every metadata file that cannot be read (any may claim a VF of the card).
+    """
+    reasons = ["live instance %s" % inst for inst in live_instances]
+    reasons.extend("claim in the metadata of stopped instance %s" % inst
+                   for inst in instances if inst not in live_instances)
+    if held_open:
+        reasons.append("%d VF(s) held open" % held_open)
+    elif held_open is None:
+        reasons.append("whether VFs are held open cannot be told")
+    reasons.extend("unreadable instance metadata %s" % entry["path"] for entry in unreadable_metadata)
+    return reasons
+
+
+def refusal_reasons(culprits):
+    """Why an SR-IOV change must not run, one clause per kind of culprit (``gpu_sriov``'s refusal).
+
+    ``culprits``: ``{allocated, unreadable_vfs, claimed, unreadable_metadata,
+    held_open, card_holders}`` as ``gpu_sriov`` returns them.
+    """
+    reasons = []
+    if culprits["allocated"]:
+        reasons.append("allocated VF(s) (current_vgpu_type is not 0): %s" % shorten(
+            "%s (type %s)" % (c["vf"], c["current_type"]) for c in culprits["allocated"]))
+    if culprits["unreadable_vfs"]:
+        reasons.append("VF(s) whose state cannot be read, so they cannot be proven free: %s" % shorten(
+            c["error"] for c in culprits["unreadable_vfs"]))
+    if culprits["claimed"]:
+        reasons.append("VF(s) claimed in instance metadata (GPUDevicePath, counts even for a stopped instance; "
+                       "force skips only this check): %s" % shorten(
+                           "%s by instance %s (%s)" % (c["vf"], c["instance_id"], c["name"])
+                           for c in culprits["claimed"]))
+    if culprits["unreadable_metadata"]:
+        reasons.append("instance metadata that cannot be read, so claims cannot be ruled out: %s" % shorten(
+            "%s: %s" % (c["path"], c["error"]) for c in culprits["unreadable_metadata"]))
+    if culprits["held_open"]:
+        reasons.append("VF(s) held open: %s" % shorten(
+            "%s by %s" % (c["vf"], who(c)) for c in culprits["held_open"]))
+    if culprits["card_holders"]:
+        reasons.append("the card's device node is held open, so sriov-manage would fail with "
+                       "'Cannot obtain unbindLock': %s" % shorten(
+                           "%s holds %s" % (who(c), ", ".join(c["paths"])) for c in culprits["card_holders"]))
+    return reasons
