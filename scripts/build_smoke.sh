@@ -7,7 +7,7 @@ trap 'rm -rf "$out"' EXIT
 ansible-galaxy collection build --force --output-path "$out" . >/dev/null
 tarball=$(ls "$out"/hypeman-vgpu-*.tar.gz)
 echo "built $(basename "$tarball") ($(du -k "$tarball" | cut -f1) KiB)"
-if tar -tzf "$tarball" | grep -E '(^|/)(\.venv|\.collections|tests/output|bench)/' ; then
+if tar -tzf "$tarball" | grep -E '(^|/)(\.venv|\.collections|\.hypothesis|\.pytest_cache|tests/output|bench|build)/' ; then
   echo "tarball carries files build_ignore should drop" >&2; exit 1
 fi
 export ANSIBLE_COLLECTIONS_PATH="$out/install"
