@@ -77,3 +77,14 @@ def tree_fingerprint(root):
             else:
                 found[path] = "mode %o" % info.st_mode
     return found
+
+
+def property_settings(max_examples):
+    """hypothesis settings for a property test: ``max_examples`` for ``make test``;
+    ``HYPOTHESIS_PROFILE=fuzz`` (``make fuzz``) runs 5000 examples without health checks."""
+    from hypothesis import HealthCheck, settings
+
+    if os.environ.get("HYPOTHESIS_PROFILE") == "fuzz":
+        return settings(max_examples=5000, deadline=None, database=None, suppress_health_check=list(HealthCheck))
+    return settings(max_examples=max_examples, deadline=None, database=None,
+                    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])

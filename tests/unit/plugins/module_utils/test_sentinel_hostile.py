@@ -30,28 +30,12 @@ import shutil
 import tempfile
 import time
 
-from hypothesis import HealthCheck, given, settings, strategies as st
-from hypothesis.errors import InvalidArgument
+from hypothesis import given, strategies as st
 
 from ansible_collections.hypeman.vgpu.plugins.module_utils import _sentinel
 from ansible_collections.hypeman.vgpu.tests.sim import guestlog
 from ansible_collections.hypeman.vgpu.tests.unit.plugins.module_utils.sentinel_host import SEC, MiniHost
-from ansible_collections.hypeman.vgpu.tests.unit.hostile import replace_with
-
-FUZZ_PROFILE = "fuzz"
-try:  # several test modules may register it; the first one wins
-    settings.get_profile(FUZZ_PROFILE)
-except InvalidArgument:
-    settings.register_profile(FUZZ_PROFILE, max_examples=5000, deadline=None, database=None,
-                              suppress_health_check=list(HealthCheck))
-
-
-def _settings(max_examples):
-    if os.environ.get("HYPOTHESIS_PROFILE") == FUZZ_PROFILE:
-        return settings(settings.get_profile(FUZZ_PROFILE))
-    return settings(max_examples=max_examples, deadline=None, database=None,
-                    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
-
+from ansible_collections.hypeman.vgpu.tests.unit.hostile import property_settings, replace_with
 
 MAX = _sentinel.MAX_LINE_BYTES
 CLAIM_NS = (time.time_ns() // SEC - 3600) * SEC  # an hour ago: every file written now is newer
@@ -161,7 +145,7 @@ def _apply(stream, op):
         stream.rotate()
 
 
-@_settings(40)
+@property_settings(40)
 @given(ops=_ops)
 def test_every_complete_marker_is_counted_exactly_once_and_rescans_are_idempotent(ops):
     stream = Stream()
@@ -250,7 +234,7 @@ def _apply_hostile(stream, op, seen_ts):
             os.rename(path + ".new", path)
 
 
-@_settings(40)
+@property_settings(40)
 @given(ops=_hostile_ops)
 def test_hostile_logs_between_scans_give_clean_results_and_a_calm_rescan_finds_nothing_new(ops):
     stream = Stream()
@@ -334,7 +318,7 @@ def _write_cursor(stream, content):
         os.symlink(stream.app, path)
 
 
-@_settings(60)
+@property_settings(60)
 @given(content=_cursor_content, noise=_noise)
 def test_hostile_cursor_never_breaks_the_scan_nor_hides_new_evidence(content, noise):
     stream = Stream()

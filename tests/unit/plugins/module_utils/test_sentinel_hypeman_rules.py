@@ -14,11 +14,11 @@ import os
 import time
 
 import pytest
-from hypothesis import HealthCheck, given, settings, strategies as st
-from hypothesis.errors import InvalidArgument
+from hypothesis import given, strategies as st
 
 from ansible_collections.hypeman.vgpu.plugins.module_utils import _sentinel
 from ansible_collections.hypeman.vgpu.tests.sim import guestlog
+from ansible_collections.hypeman.vgpu.tests.unit.hostile import property_settings
 from ansible_collections.hypeman.vgpu.tests.unit.plugins.module_utils.sentinel_host import (
     CLAIMED_AT, CLAIMED_NS, SEC, Host, MiniHost, markers_read as _markers_read, ts as _ts, verdicts as _verdicts)
 
@@ -195,16 +195,21 @@ def test_instance_released_before_the_scan_is_not_scanned(host):
     assert report.findings == [] and report.skipped[0]["instance_id"] == "inst-a"
 
 
-def test_claim_without_an_assignment_time_is_reported_with_an_empty_time(host):
-    now = time.time_ns()
-    app = host.instance("inst-a", vf_index=1)
-    meta_path = os.path.join(host.tree.data_dir, "guests", "inst-a", "metadata.json")
+def _drop_assignment_time(host, instance_id):
+    """Metadata of a claim without an assignment time (neither build's field)."""
+    meta_path = os.path.join(host.tree.data_dir, "guests", instance_id, "metadata.json")
     with open(meta_path) as handle:
         meta = json.load(handle)
     meta.pop("GPUClaimedAt", None)
     meta.pop("GPUAssignedAt", None)
     with open(meta_path, "w") as handle:
         json.dump(meta, handle)
+
+
+def test_claim_without_an_assignment_time_is_reported_with_an_empty_time(host):
+    now = time.time_ns()
+    app = host.instance("inst-a", vf_index=1)
+    _drop_assignment_time(host, "inst-a")
     guestlog.append(app, guestlog.report("failed", now - 7 * 24 * 3600 * SEC))  # any guest ts: no time to compare
     store = FakeStore()
     report = host.scan(recorder=_recorder(store))
@@ -222,13 +227,7 @@ def test_claim_without_an_assignment_time_still_ignores_earlier_boots(host):
     os.utime(app + ".1", ns=(now - 7200 * SEC, now - 7200 * SEC))
     guestlog.archive_previous_boot(app, now - 3600 * SEC)
     guestlog.append(app, guestlog.noise(3))
-    meta_path = os.path.join(host.tree.data_dir, "guests", "inst-a", "metadata.json")
-    with open(meta_path) as handle:
-        meta = json.load(handle)
-    meta.pop("GPUClaimedAt", None)
-    meta.pop("GPUAssignedAt", None)
-    with open(meta_path, "w") as handle:
-        json.dump(meta, handle)
+    _drop_assignment_time(host, "inst-a")
     report = host.scan()
     assert report.findings == [] and report.skipped == []
 
@@ -259,21 +258,6 @@ def test_fresh_cursor_reads_a_rotated_log_of_this_assignment(host):
 
 
 # --- the 64 KiB line rule, as properties (hypeman: bufio.Reader.ReadSlice('\n') on a 64 KiB buffer) ---
-
-FUZZ_PROFILE = "fuzz"
-try:  # several test modules may register it; the first one wins
-    settings.get_profile(FUZZ_PROFILE)
-except InvalidArgument:
-    settings.register_profile(FUZZ_PROFILE, max_examples=5000, deadline=None, database=None,
-                              suppress_health_check=list(HealthCheck))
-
-
-def _settings(max_examples):
-    if os.environ.get("HYPOTHESIS_PROFILE") == FUZZ_PROFILE:
-        return settings(settings.get_profile(FUZZ_PROFILE))
-    return settings(max_examples=max_examples, deadline=None, database=None,
-                    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
-
 
 READER_SIZE = 64 * 1024  # hypeman's vgpuSentinelMaxLineBytes
 
@@ -328,7 +312,7 @@ def _expected(data):
     return [line for line in hypeman_lines(data) if _sentinel.match_marker(line[:-1]) is not None]
 
 
-@_settings(40)
+@property_settings(40)
 @given(st.lists(st.tuples(_filler, _line), min_size=1, max_size=4),
        st.lists(st.integers(1, 3 * READER_SIZE), min_size=1, max_size=6))
 def test_reader_counts_exactly_the_lines_hypemans_64_kib_reader_matches(parts, blocks):
@@ -345,7 +329,7 @@ def test_reader_counts_exactly_the_lines_hypemans_64_kib_reader_matches(parts, b
     assert len(reader.partial) < READER_SIZE  # never more than a line that could still count
 
 
-@_settings(12)
+@property_settings(12)
 @given(st.lists(st.tuples(_filler, _line), min_size=1, max_size=3), st.lists(st.integers(0, 4 * READER_SIZE),
                                                                              max_size=3))
 def test_scan_across_runs_counts_what_hypeman_counts(tmp_path_factory, parts, cuts):
