@@ -354,8 +354,8 @@ def classify(result, hypeman_expected=True):
     metrics_ok = metrics is not None and metrics["error"] is None
     if metrics is not None and metrics["error"]:
         issues.append(issue("warning", "metrics_unreadable", metrics["error"],
-                             "check metrics_url (hypeman serves /metrics on metrics.listen_address:metrics.port, "
-                             "default 127.0.0.1:9464)"))
+                            "check metrics_url (hypeman serves /metrics on metrics.listen_address:metrics.port, "
+                            "default 127.0.0.1:9464)"))
     if metrics_ok and metrics["coverage_problems"]:
         issues.append(issue(
             "warning", "sentinel_coverage_lost",
