@@ -88,7 +88,10 @@ vwork="$work/vsock"
 mkdir -p "$vwork"
 fixture build --dir "$vwork" --hosts vsock > /dev/null
 vhost=vsock-000
-fixture serve --dir "$vwork" --host "$vhost" --port-file "$vwork/metrics.port" &
+# Run directly (not through the fixture function, whose subshell a kill would
+# leave behind) and away from our stdout: ansible-test reads it until EOF.
+"$py" "$here/fleet_fixture.py" serve --dir "$vwork" --host "$vhost" --port-file "$vwork/metrics.port" \
+  > "$vwork/serve.log" 2>&1 &
 serve_pid=$!
 for _ in $(seq 300); do [ -s "$vwork/metrics.port" ] && break; sleep 0.1; done
 metrics_url="http://127.0.0.1:$(cat "$vwork/metrics.port")/metrics"
