@@ -191,8 +191,9 @@ class Observation(object):
 
 
 def _body(host, kind, source, reason, evidence, card, vf, key):
+    # host_card: one string a rulebook condition can look up in an allowlist ("gpu-07/0000:82:00.0").
     return {"kind": kind, "host": host, "card": card, "vf": vf, "reason": reason, "evidence": evidence,
-            "source": source, "key": key}
+            "source": source, "key": key, "host_card": "%s/%s" % (host, card) if card else None}
 
 
 def _read_store(host, threshold, seen):

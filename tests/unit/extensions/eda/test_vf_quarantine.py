@@ -128,6 +128,7 @@ def test_a_new_quarantine_gives_one_event_with_host_card_vf_reason_and_evidence(
     assert "quarantined since 2026-08-21T09:00:30Z after 2 recorded failure(s)" in event["reason"]
     assert event["evidence"]["record"]["failures"][1]["instance_id"] == "b2"
     assert event["evidence"]["store_path"] == host.store
+    assert event["host_card"] == "gpu-07/" + CARD
 
 
 def test_a_restart_fires_nothing_already_fired(plugin, host, tmp_path):
@@ -183,8 +184,12 @@ def test_a_failure_below_the_threshold(plugin, host, tmp_path):
 
 def test_a_store_hypeman_cannot_load_fires_once_per_episode(plugin, host, tmp_path):
     host.write([])
-    broken = lambda: host.write_bytes(b'{"version": 2, "records": []}')  # noqa: E731
-    fixed = lambda: host.write([])  # noqa: E731
+    def broken():
+        host.write_bytes(b'{"version": 2, "records": []}')
+
+    def fixed():
+        host.write([])
+
     events = run(plugin, store_args(tmp_path, host), [nothing, broken, broken, fixed, broken])
     assert [e["kind"] for e in events] == ["store_unavailable", "store_unavailable"]
     assert events[0]["evidence"]["error"] == "validate VF health state: unsupported version 2"
