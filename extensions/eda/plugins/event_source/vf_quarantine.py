@@ -41,6 +41,7 @@ is put on ``sys.path`` when the collection is not importable already.
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import errno
 import fcntl
 import json
@@ -430,18 +431,37 @@ def decide(seen, host_state, now, debounce, fire_existing):
     return events
 
 
+MAX_WORKERS = 256  # threads polling hosts at once; they wait on the network, not the CPU
+
+
 async def poll_once(settings, hosts_state):
-    """Poll every host at once; the events to put, in host order. Never raises for a host."""
+    """Poll every host at once; the events to put, in host order. Never raises for a host.
+
+    Each host is read in a worker thread (``settings["executor"]``) under a deadline; a host whose
+    previous read is still running (a hung mount) is not read again but reported until it ends.
+    """
+    loop = asyncio.get_running_loop()
+    running = settings.setdefault("running", {})
+    deadline = 3 * settings["timeout"] + 5
+
     async def one(host):
-        state = hosts_state.get(host["name"])
-        try:
-            seen = await asyncio.wait_for(asyncio.to_thread(observe_host, host, settings, state or {}),
-                                          3 * settings["timeout"] + 5)
-        except asyncio.TimeoutError:
-            seen = Observation(host["name"])
+        name = host["name"]
+        state = hosts_state.get(name)
+        previous = running.get(name)
+        seen = Observation(name)
+        if previous is not None and not previous.done():
             seen.add("source_error|poll", "source_error", "poll",
-                     "host %s: no complete poll within %s seconds" % (host["name"], 3 * settings["timeout"] + 5), {})
-        state = hosts_state.setdefault(host["name"], {})
+                     "host %s: the previous read has not ended (more than %s seconds)" % (name, deadline), {})
+        else:
+            started = loop.time()
+            future = running[name] = loop.run_in_executor(settings.get("executor"), observe_host, host, settings,
+                                                          state or {})
+            try:
+                seen = await asyncio.wait_for(asyncio.shield(future), deadline)
+            except asyncio.TimeoutError:
+                seen.add("source_error|poll", "source_error", "poll",
+                         "host %s: no complete poll within %s seconds" % (name, round(loop.time() - started, 1)), {})
+        state = hosts_state.setdefault(name, {})
         return decide(seen, state, _now(), settings["debounce"], settings["fire_existing"])
 
     results = await asyncio.gather(*(one(host) for host in settings["hosts"]))
@@ -452,6 +472,9 @@ async def main(queue, args):
     """ansible-rulebook's entry point: poll until cancelled (or ``max_polls``), one event per new condition."""
     settings = parse_args(args)
     lock_fd = lock_state(settings["state_path"])
+    executor = concurrent.futures.ThreadPoolExecutor(min(MAX_WORKERS, len(settings["hosts"])),
+                                                     thread_name_prefix="vf_quarantine")
+    settings["executor"] = executor
     try:
         hosts_state, problem = load_state(settings["state_path"])
         if problem:
@@ -460,7 +483,7 @@ async def main(queue, args):
             LOGGER.error("vf_quarantine: %s; starting afresh and firing every current condition", problem)
             await queue.put({EVENT_KEY: _body(None, "source_error", "state", problem,
                                               {"state_path": settings["state_path"]}, None, None, "source_error|state")})
-            settings = dict(settings, fire_existing=True)
+            settings["fire_existing"] = True
         hosts_state = dict(hosts_state or {})
         polls = 0
         while True:
@@ -479,6 +502,8 @@ async def main(queue, args):
                 return
             await asyncio.sleep(settings["interval"])
     finally:
+        # A read stuck in a hung mount is not waited for here.
+        executor.shutdown(wait=False, cancel_futures=True)
         os.close(lock_fd)
 
 

@@ -289,6 +289,33 @@ def test_a_bad_host_gives_an_error_event_and_the_others_go_on(plugin, host, tmp_
     assert "timed out" in slow_reason or "no complete answer within 0.5 seconds" in slow_reason
 
 
+def test_a_host_whose_read_never_ends_is_reported_once_and_not_read_again(plugin, host, tmp_path, monkeypatch):
+    """A read stuck in the kernel (a hung mount) past the deadline: one error event, no second read
+    piled on the first, and the host is read again once the stuck read ends."""
+    import threading
+    host.write([])
+    release, reads, seen_before_release = threading.Event(), [], []
+    real_observe = plugin.observe_host
+
+    def stuck_second(host_args, settings, state):
+        reads.append(1)
+        if len(reads) == 2:
+            release.wait(30)
+        return real_observe(host_args, settings, state)
+
+    def let_go():
+        seen_before_release.append(len(reads))
+        release.set()
+
+    monkeypatch.setattr(plugin, "observe_host", stuck_second)
+    # Poll 0 reads (the baseline), poll 1 sticks past the deadline, poll 2 must not read again.
+    events = run(plugin, store_args(tmp_path, host, timeout=0.1),
+                 [nothing, nothing, nothing, let_go, nothing, lambda: host.write(QUARANTINED), nothing])
+    assert seen_before_release == [2]
+    assert [(e["kind"], e["source"]) for e in events] == [("source_error", "poll"), ("vf_quarantined", "store")]
+    assert "no complete poll within" in events[0]["reason"]
+
+
 def test_two_sources_on_one_cursor_are_refused(plugin, host, tmp_path):
     args = store_args(tmp_path, host)
     os.makedirs(str(tmp_path / "state"))
