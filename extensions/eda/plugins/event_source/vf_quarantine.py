@@ -46,6 +46,7 @@ import errno
 import fcntl
 import json
 import logging
+import math
 import os
 import sys
 import time
@@ -65,6 +66,7 @@ def _collection_root():
 
 def _import_helpers():
     try:
+        # pylint: disable-next=import-outside-toplevel,unused-import
         from ansible_collections.hypeman.vgpu.plugins.module_utils import _metrics  # noqa: F401
     except ImportError:
         root = _collection_root()
@@ -101,7 +103,7 @@ def _text_ok(value, limit=4096):
 
 def _number_arg(args, name, default, minimum, integer=False):
     value = args.get(name, default)
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or value != value or value < minimum or (
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or math.isnan(value) or value < minimum or (
             integer and int(value) != value) or value > 10 ** 9:
         raise SourceArgumentError("vf_quarantine: %s=%r is not a number >= %s%s" % (
             name, value if not isinstance(value, str) else value[:80], minimum, " (a whole number)" if integer else ""))

@@ -184,6 +184,7 @@ def test_a_failure_below_the_threshold(plugin, host, tmp_path):
 
 def test_a_store_hypeman_cannot_load_fires_once_per_episode(plugin, host, tmp_path):
     host.write([])
+
     def broken():
         host.write_bytes(b'{"version": 2, "records": []}')
 
