@@ -40,13 +40,13 @@ ifdef ARGS
 	@$(PYTEST) $(ARGS)
 else
 	@$(PYTEST) tests/unit/plugins/modules tests/unit/plugins/module_utils tests/unit/sim
-	@$(PYTEST) tests/unit/plugins/filter tests/unit/plugins/plugin_utils
+	@$(PYTEST) tests/unit/plugins/filter tests/unit/plugins/plugin_utils tests/unit/extensions
 endif
 
 # The hypothesis tests with HYPOTHESIS_PROFILE=fuzz (many random examples instead of the
 # quick, derandomized ones `make test` runs); module and controller sides apart, as above.
 FUZZ_GROUPS := "tests/unit/plugins/modules tests/unit/plugins/module_utils tests/unit/sim" \
-	"tests/unit/plugins/filter tests/unit/plugins/plugin_utils"
+	"tests/unit/plugins/filter tests/unit/plugins/plugin_utils tests/unit/extensions"
 fuzz: bootstrap
 	@cd $(COLL) && for dirs in $(FUZZ_GROUPS); do \
 	  files=$$(grep -rlE --include='test_*.py' '^(from|import) hypothesis' $$dirs 2>/dev/null); \
