@@ -20,7 +20,12 @@ what a run costs once whatever its size (startup, the report play) -- and how
 the per-host cost grows from the small to the large fleet (flat is the goal).
 Not a test: nothing here asserts on time.
 
-    python bench/fleet.py [--hosts 1000] [--small 200] [--forks 2] [--repeat 2]
+    python bench/fleet.py [--hosts 1000] [--small 200] [--forks 2] [--repeat 2] [--baseline DIR]
+
+``--baseline DIR`` (a collections path holding another hypeman.vgpu, e.g. an
+earlier commit unpacked with ``git archive``) also audits with that copy in
+the same alternation and prints its per-host cost beside ours: a before/after
+measured under the same load.
 """
 
 from __future__ import annotations
@@ -94,18 +99,22 @@ def subset_inventory(work, count):
     return path
 
 
-def measure(work, count, forks, repeat):
+def measure(work, count, forks, repeat, baseline=None):
     env = ansible_env(forks)
     inventory = subset_inventory(work, count)
     ping_yml = os.path.join(work, "ping.yml")
     best = {}
+    runs = [("ping", [playbook_bin(), "-i", inventory, ping_yml], env),
+            ("audit", [playbook_bin(), "-i", inventory, "hypeman.vgpu.audit",
+                       "-e", "audit_report_dir=%s" % os.path.join(work, "report-%d" % count)], env)]
+    if baseline:
+        runs.append(("baseline", [playbook_bin(), "-i", inventory, "hypeman.vgpu.audit",
+                                  "-e", "audit_report_dir=%s" % os.path.join(work, "baseline-%d" % count)],
+                     dict(env, ANSIBLE_COLLECTIONS_PATH=baseline)))
     # Ping and audit alternate, and the fastest of each counts, so both see the same machine load.
     for attempt in range(repeat):
-        for name, argv in (
-                ("ping", [playbook_bin(), "-i", inventory, ping_yml]),
-                ("audit", [playbook_bin(), "-i", inventory, "hypeman.vgpu.audit",
-                           "-e", "audit_report_dir=%s" % os.path.join(work, "report-%d" % count)])):
-            elapsed, cpu = timed_run(argv, env, os.path.join(work, "%s-%d-%d.log" % (name, count, attempt)))
+        for name, argv, run_env in runs:
+            elapsed, cpu = timed_run(argv, run_env, os.path.join(work, "%s-%d-%d.log" % (name, count, attempt)))
             best[name] = min(best.get(name, elapsed), elapsed)
             best[name + "_cpu"] = min(best.get(name + "_cpu", cpu), cpu)
     with open(os.path.join(work, "report-%d" % count, "fleet-audit.json")) as handle:
@@ -122,14 +131,21 @@ def main(argv=None):
     parser.add_argument("--forks", type=int, default=2)
     parser.add_argument("--repeat", type=int, default=2, help="runs per measurement; the fastest counts")
     parser.add_argument("--keep", action="store_true", help="keep the work directory")
+    parser.add_argument("--work", metavar="DIR", help="reuse the fleet built in DIR (kept by --keep) instead of building one")
+    parser.add_argument("--baseline", metavar="DIR", help="a collections path with another hypeman.vgpu to audit with too")
     args = parser.parse_args(argv)
     if not 0 < args.small < args.hosts:
         parser.error("--small must be above 0 and below --hosts")
-    work = tempfile.mkdtemp(prefix="fleet-bench-")
+    work = args.work or tempfile.mkdtemp(prefix="fleet-bench-")
     try:
         start = time.monotonic()
-        problems = [fleet_fixture.MIX[i % len(fleet_fixture.MIX)] for i in range(args.hosts)]
-        fleet_fixture.build_fleet(work, problems, python=sys.executable)
+        if args.work:
+            with open(os.path.join(work, "inventory.json")) as handle:
+                if len(json.load(handle)["all"]["hosts"]) < args.hosts:
+                    parser.error("the fleet in %s has fewer than %d hosts" % (work, args.hosts))
+        else:
+            problems = [fleet_fixture.MIX[i % len(fleet_fixture.MIX)] for i in range(args.hosts)]
+            fleet_fixture.build_fleet(work, problems, python=sys.executable)
         with open(os.path.join(work, "ping.yml"), "w") as handle:
             handle.write(PING_PLAYBOOK)
         print("fleet: %d hosts (2 cards x 16 VFs each; mix %s), built in %.1f s; forks=%d; load average %s"
@@ -137,7 +153,7 @@ def main(argv=None):
                  " ".join("%.1f" % value for value in os.getloadavg())))
         rows = {}
         for count in (args.small, args.hosts):
-            rows[count], summary = measure(work, count, args.forks, args.repeat)
+            rows[count], summary = measure(work, count, args.forks, args.repeat, args.baseline)
             row = rows[count]
             print("  %4d hosts: ping %6.1f s wall (%.3f s/host), %6.1f s CPU (%.3f s/host)" % (
                 count, row["ping"], row["ping"] / count, row["ping_cpu"], row["ping_cpu"] / count))
@@ -147,6 +163,11 @@ def main(argv=None):
                       row["audit"], row["audit"] / count, row["audit_cpu"], row["audit_cpu"] / count,
                       row["audit"] / row["ping"], row["audit_cpu"] / row["ping_cpu"],
                       summary["hosts_needing_action"], summary["quarantined_vfs"], summary["sentinel_failed"]))
+            if args.baseline:
+                print("           baseline %6.1f s wall (%.3f s/host), %6.1f s CPU (%.3f s/host)   "
+                      "baseline/ping per host: %.2fx wall, %.2fx CPU" % (
+                          row["baseline"], row["baseline"] / count, row["baseline_cpu"], row["baseline_cpu"] / count,
+                          row["baseline"] / row["ping"], row["baseline_cpu"] / row["ping_cpu"]))
         small, large = rows[args.small], rows[args.hosts]
         extra = float(args.hosts - args.small)
         for unit, suffix in (("wall", ""), ("CPU", "_cpu")):
@@ -160,7 +181,7 @@ def main(argv=None):
                      small["audit" + suffix] / args.small, large["audit" + suffix] / args.hosts,
                      (large["audit" + suffix] / args.hosts) / (small["audit" + suffix] / args.small)))
     finally:
-        if args.keep:
+        if args.keep or args.work:
             print("work directory kept: %s" % work)
         else:
             shutil.rmtree(work, ignore_errors=True)

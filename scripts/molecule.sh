@@ -39,8 +39,17 @@ for p in yaml.safe_load(open(sys.argv[1])).get("platforms", []): print(p["name"]
     "extensions/molecule/$1/molecule.yml"
 }
 
+# Each scenario's molecule state (which steps ran) lives in build/molecule-state/<scenario>
+# (molecule's default, ~/.ansible/tmp/molecule.<hash of the checkout's name>.<scenario>,
+# is shared by checkouts with the same name), so a fresh run can see there is none.
+state_of() { echo "$PWD/build/molecule-state/$1"; }
+scenario_molecule() { # scenario molecule-args...: molecule with that scenario's state directory
+  local scenario=$1; shift
+  MOLECULE_EPHEMERAL_DIRECTORY=$(state_of "$scenario") molecule "$@"
+}
+
 destroy_scenario() { # scenario: molecule destroy, then remove any container it left
-  molecule destroy -s "$1" >/dev/null 2>&1
+  scenario_molecule "$1" destroy -s "$1" >/dev/null 2>&1
   local name
   for name in $(containers_of "$1"); do
     podman container exists "$name" 2>/dev/null && podman rm -f "$name" >/dev/null 2>&1
@@ -65,7 +74,14 @@ container_cpu() { # scenario -> CPU seconds its containers used so far (cgroup v
 
 run_scenario() { # scenario: the timed phases; writes $logdir/<scenario>.row, returns 0 on PASS
   local scenario=$1 status=PASS phase start rc cpu times=() container_cpu_s="?"
-  molecule destroy -s "$scenario" >/dev/null 2>&1  # leftovers of an interrupted run
+  # Leftovers of an interrupted run: its containers and molecule's record of its steps.
+  # Without either (a fresh machine, a run that ended) there is nothing to destroy,
+  # and molecule's destroy playbook costs seconds of CPU per scenario.
+  local name leftover=
+  [ -e "$(state_of "$scenario")" ] && leftover=1
+  for name in $(containers_of "$scenario"); do podman container exists "$name" 2>/dev/null && leftover=1; done
+  if [ -n "$leftover" ]; then destroy_scenario "$scenario"; fi
+  rm -rf "$(state_of "$scenario")"
   for phase in syntax create prepare converge idempotence verify destroy; do
     # What ran inside the containers (boot, services, modules) before they go.
     [ "$phase" = destroy ] && times+=("containers ${container_cpu_s}c")
@@ -73,7 +89,7 @@ run_scenario() { # scenario: the timed phases; writes $logdir/<scenario>.row, re
     printf '\n===== molecule %s: %s =====\n' "$scenario" "$phase"
     # CPU: user+sys of molecule, ansible and podman's client on the controller
     # (what runs inside the containers is podman's, not counted here).
-    ( molecule "$phase" -s "$scenario"; rc=$?; times > "$logdir/$scenario.times"; exit "$rc" ); rc=$?
+    ( scenario_molecule "$scenario" "$phase" -s "$scenario"; rc=$?; times > "$logdir/$scenario.times"; exit "$rc" ); rc=$?
     cpu=$(sed -n 2p "$logdir/$scenario.times" | awk '{ t = 0; for (i = 1; i <= 2; i++) { split($i, p, /[ms]/); t += p[1] * 60 + p[2] } printf "%d", t + 0.5 }')
     if [ "$rc" = 0 ]; then
       times+=("$phase $(( $(date +%s) - start ))s/${cpu}c")
@@ -84,7 +100,8 @@ run_scenario() { # scenario: the timed phases; writes $logdir/<scenario>.row, re
       break
     fi
   done
-  [ "$status" = PASS ] || destroy_scenario "$scenario"
+  # A failed scenario's state directory stays for a look (the next run destroys first).
+  if [ "$status" = PASS ]; then rm -rf "$(state_of "$scenario")"; else destroy_scenario "$scenario"; fi
   echo "$status  $scenario: ${times[*]}" > "$logdir/$scenario.row"
   [ "$status" = PASS ]
 }

@@ -13,3 +13,9 @@ export ANSIBLE_COLLECTIONS_PATH="$vgpu_sim_repo/.collections:$VGPU_SIM_CACHE/col
 export ANSIBLE_NOCOLOR=1 ANSIBLE_FORCE_COLOR=0 PY_COLORS=0 NO_COLOR=1
 # pytest-ansible, if present, clashes with testinfra's options.
 export PYTEST_ADDOPTS="${PYTEST_ADDOPTS:-} -p no:pytest-ansible"
+# containers.podman's connection with pipelining: one `podman exec` per module
+# run instead of two plus a `podman mount` (extensions/molecule/connection_plugins).
+# VGPU_SIM_PIPELINING=0 keeps containers.podman's own (to compare).
+if [ "${VGPU_SIM_PIPELINING:-1}" != 0 ]; then
+  export ANSIBLE_CONNECTION_PLUGINS="$vgpu_sim_repo/extensions/molecule/connection_plugins"
+fi

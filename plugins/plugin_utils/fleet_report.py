@@ -15,7 +15,10 @@ from __future__ import annotations
 
 import html
 import json
+import os
 import re
+import stat
+import tempfile
 
 from ansible_collections.hypeman.vgpu.plugins.module_utils import _gotime
 from ansible_collections.hypeman.vgpu.plugins.module_utils._audit import issue as _issue
@@ -688,3 +691,44 @@ def render_prometheus(entry):
 
 def to_json(report):
     return json.dumps(report, indent=2, sort_keys=True) + "\n"
+
+
+# --- writing the report files -------------------------------------------------------------------
+
+def write_reports(files, dir_mode=0o755, file_mode=0o644):
+    """Write ``files`` (path -> text) on the controller; returns ``(written, unchanged)`` paths.
+
+    The fleet report is the job's output: a missing directory is created
+    (``dir_mode``; an existing one is left as it is), a file whose bytes are
+    already there is not touched, any other is replaced atomically (a
+    temporary file in the same directory, then a rename) with ``file_mode``,
+    so a reader never sees half a report. Raises ``OSError`` naming the path.
+    """
+    written, unchanged = [], []
+    for path in sorted(files):
+        data = files[path].encode("utf-8")
+        directory = os.path.dirname(path) or "."
+        if not os.path.isdir(directory):
+            os.makedirs(directory, mode=dir_mode, exist_ok=True)
+        try:
+            with open(path, "rb") as handle:
+                same = handle.read(len(data) + 1) == data
+        except FileNotFoundError:
+            same = False
+        if same and stat.S_IMODE(os.stat(path).st_mode) == file_mode:
+            unchanged.append(path)
+            continue
+        handle, tmp = tempfile.mkstemp(prefix=".%s." % os.path.basename(path), dir=directory)
+        try:
+            with os.fdopen(handle, "wb") as out:
+                out.write(data)
+            os.chmod(tmp, file_mode)
+            os.replace(tmp, path)
+        except BaseException:
+            try:
+                os.unlink(tmp)
+            except OSError:
+                pass
+            raise
+        written.append(path)
+    return written, unchanged

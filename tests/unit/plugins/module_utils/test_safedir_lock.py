@@ -60,6 +60,9 @@ def test_the_sentinel_cursor_lock_no_longer_waits_forever(tmp_path, monkeypatch)
     # Before, a stuck run holding <state_dir>/sentinel/.lock hung every later scan.
     monkeypatch.setattr(_safedir, "LOCK_TIMEOUT", 0.3)
     monkeypatch.setattr(_safedir.lock_exclusive, "__defaults__", (0.3,))
+    # The cursor store locks through open_locked, whose default was bound to 60 s
+    # when it was defined: without this the test waited the full minute.
+    monkeypatch.setattr(_safedir.open_locked, "__defaults__", (0.3, False, False))
     cursors = _sentinel.CursorStore(str(tmp_path))
     cursors.lock()
     cursors.unlock()  # creates the directory and its lock file

@@ -1,0 +1,43 @@
+# -*- coding: utf-8 -*-
+# Copyright: hypeman.vgpu contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""Write the fleet report's files on the controller, without a module run (docs: modules/fleet_report_write.py)."""
+
+from __future__ import annotations
+
+from ansible.errors import AnsibleFilterError
+from ansible.plugins.action import ActionBase
+
+from ansible_collections.hypeman.vgpu.plugins.filter.fleet import fleet_render
+from ansible_collections.hypeman.vgpu.plugins.plugin_utils import fleet_report as _report
+
+ARGUMENT_SPEC = {"report": {"type": "dict", "required": True}}
+
+
+class ActionModule(ActionBase):
+    """Render each format the report names in ``reports`` and write it where it says."""
+
+    TRANSFERS_FILES = False
+    _supports_check_mode = True
+    _supports_async = False
+
+    def run(self, tmp=None, task_vars=None):
+        result = super().run(tmp, task_vars)
+        del tmp
+        _validation, args = self.validate_argument_spec(argument_spec=ARGUMENT_SPEC)
+        report = args["report"]
+        reports = report.get("reports") or {}
+        if not isinstance(reports, dict):
+            return dict(result, failed=True, msg="report.reports is %r; expected a mapping of format to path"
+                        % (type(reports).__name__,))
+        try:
+            files = dict((str(path), fleet_render(report, fmt)) for fmt, path in reports.items())
+        except AnsibleFilterError as err:
+            return dict(result, failed=True, msg=str(err))
+        try:
+            written, unchanged = _report.write_reports(files)
+        except OSError as err:
+            return dict(result, failed=True, msg="cannot write the fleet report %s: %s"
+                        % (err.filename or "", err.strerror or err))
+        # The report is this job's output, not a change to a managed host (check mode writes it too).
+        return dict(result, changed=False, written=written, unchanged=unchanged)
