@@ -13,7 +13,11 @@ log() { printf '[bootstrap] %s\n' "$*"; }
 # shellcheck source=scripts/bootstrap_lib.sh
 . scripts/bootstrap_lib.sh
 # One apt run for both bootstraps (each apt-get update costs seconds).
-apt_ensure git shellcheck make "${molecule_apt_packages[@]}"
+# `make test` alone (VGPU_TEST_TOOLS=1) needs the tools of its extra checks:
+# openjdk for ansible-rulebook's rule engine (the EDA rulebook run, docs/eda.md).
+test_apt_packages=()
+[ "${VGPU_TEST_TOOLS:-0}" = 1 ] && test_apt_packages=(openjdk-17-jre-headless)
+apt_ensure git shellcheck make "${test_apt_packages[@]}" "${molecule_apt_packages[@]}"
 
 # --- venvs -------------------------------------------------------------------
 # The venvs, the molecule bootstrap and (for `make test`, VGPU_PREBUILD_IMAGE=1)
@@ -21,6 +25,9 @@ apt_ensure git shellcheck make "${molecule_apt_packages[@]}"
 parallel_pids=()
 python311=$(command -v python3.11 || command -v python3)
 parallel_steps_start venv-py311 make_venv .venv "$python311" requirements-dev.txt
+if [ "${VGPU_TEST_TOOLS:-0}" = 1 ]; then
+  parallel_steps_start venv-eda make_venv .venv-eda "$python311" requirements-eda.txt
+fi
 
 python312=""
 for cand in "$(command -v python3.12 || true)" "$(pyenv root 2>/dev/null || echo /root/.pyenv)"/versions/3.12*/bin/python3.12; do

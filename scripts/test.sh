@@ -111,6 +111,7 @@ lane_checks() {
   phase "ansible-lint (production)" lint
   phase "antsibull-changelog lint" changelog_lint
   phase "build, install, ansible-doc" build_smoke
+  phase "EDA rulebook run" bash "$repo/tests/eda/rulebook_run.sh"
 }
 lane_molecule() { MOLECULE_JOBS=${MOLECULE_JOBS:-2} phase "molecule scenarios" bash "$repo/scripts/molecule.sh"; }
 
@@ -145,6 +146,7 @@ case "${1:-all}" in
   changelog-lint) phase "antsibull-changelog lint" changelog_lint ;;
   build-smoke) phase "build, install, ansible-doc" build_smoke ;;
   molecule) phase "molecule scenarios" bash "$repo/scripts/molecule.sh" ;;
+  eda) phase "EDA rulebook run" bash "$repo/tests/eda/rulebook_run.sh" ;;
   py312) lane_py312 ;;
   all)
     if [ "${TEST_LANES:-3}" -le 1 ]; then
@@ -163,7 +165,7 @@ case "${1:-all}" in
       lane_wait molecule
     fi
     ;;
-  *) echo "usage: $0 all|sanity|units|integration|lint|changelog-lint|build-smoke|molecule|py312" >&2; exit 2 ;;
+  *) echo "usage: $0 all|sanity|units|integration|lint|changelog-lint|build-smoke|molecule|eda|py312" >&2; exit 2 ;;
 esac
 
 # A lane that ended without recording its end (killed, crashed) is a failure.

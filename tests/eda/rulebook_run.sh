@@ -14,7 +14,7 @@ set -euo pipefail
 repo=$(cd "$(dirname "$0")/../.." && pwd)
 venv=${EDA_VENV:-$repo/.venv-eda}
 if [ ! -x "$venv/bin/ansible-rulebook" ]; then
-  echo "SKIP: no ansible-rulebook in $venv (scripts/bootstrap_eda.sh installs it)"; exit 77
+  echo "no ansible-rulebook in $venv: \`VGPU_TEST_TOOLS=1 bash scripts/bootstrap.sh\` installs it (make test does)" >&2; exit 1
 fi
 export PATH="$venv/bin:$PATH" ANSIBLE_NOCOLOR=1
 export ANSIBLE_COLLECTIONS_PATH="$repo/.collections${ANSIBLE_COLLECTIONS_PATH:+:$ANSIBLE_COLLECTIONS_PATH}"
