@@ -285,7 +285,7 @@ def changes(previous, current):
     out = {"previous_at": previous["generated_at"] if previous else None, "new_quarantines": 0,
            "new_quarantine_hosts": [], "released_quarantines": 0, "released_quarantine_hosts": [],
            "cards_recovered": 0, "cards_worse": 0, "hosts_newly_needing_action": [], "hosts_recovered": [],
-           "hosts_added": [], "hosts_gone": [], "text": ""}
+           "hosts_newly_down": [], "hosts_added": [], "hosts_gone": [], "text": ""}
     if previous is None:
         out["text"] = "first audit in the history: nothing to compare with"
         return out
@@ -306,6 +306,8 @@ def changes(previous, current):
             out["released_quarantine_hosts"].append(host)
         if (then["status"] == "ok") != (now["status"] == "ok"):
             (out["hosts_recovered"] if now["status"] == "ok" else out["hosts_newly_needing_action"]).append(host)
+        if now["status"] in _HOST_DOWN and then["status"] not in _HOST_DOWN:
+            out["hosts_newly_down"].append(host)
         if now["status"] in _HOST_DOWN or then["status"] in _HOST_DOWN:
             continue
         rank = dict((key, index) for index, key in enumerate(MAP_STATE_KEYS))
@@ -329,6 +331,8 @@ def changes(previous, current):
         parts.append("%s in a worse state" % _plural(out["cards_worse"], "card"))
     if out["hosts_newly_needing_action"]:
         parts.append("%s newly needing action" % _plural(len(out["hosts_newly_needing_action"]), "host"))
+    if out["hosts_newly_down"]:
+        parts.append("%s unreachable or without audit data" % _plural(len(out["hosts_newly_down"]), "host"))
     if out["hosts_recovered"]:
         parts.append("%s no longer needing action" % _plural(len(out["hosts_recovered"]), "host"))
     if out["hosts_added"]:
