@@ -48,9 +48,9 @@ MAP_STATES = (
     ("below_threshold", "below threshold", "failures below the threshold", "BLW", "#f1d54a", "pat-none"),
     ("healthy", "healthy", "healthy", "OK", "#3a9a52", "pat-none"),
 )
-MAP_STATE_KEYS = tuple(s[0] for s in MAP_STATES)
+MAP_STATE_KEYS = _report.MAP_STATE_KEYS
 _STATE = dict((s[0], s) for s in MAP_STATES)
-_HOST_DOWN = ("unreachable", "failed", "no_data")
+_HOST_DOWN = _report.HOST_DOWN
 
 
 class HistoryError(ValueError):
@@ -60,14 +60,7 @@ class HistoryError(ValueError):
 # --- health map -----------------------------------------------------------------------------------
 
 
-def map_state(entry, gpu):
-    """The health-map state of one card of a host entry: the host's status first, then the card's."""
-    if entry["status"] in _HOST_DOWN:
-        return "unreachable"
-    card = _report.card_state(gpu)
-    if card == "placement_disabled" or any(i["code"] == "store_unavailable" for i in entry["issues"]):
-        return "store_unavailable"
-    return card
+map_state = _report.card_map_state
 
 
 def host_anchor(index):

@@ -555,6 +555,24 @@ def _card_state(gpu):
     return CARD_STATE_TEXT[card_state(gpu)]
 
 
+HOST_DOWN = ("unreachable", "failed", "no_data")
+# The health map's card states, worst first; the textfile's card_health gauge counts them from the end
+# (healthy 0 ... store_unavailable 6; an unreachable host writes no textfile).
+MAP_STATE_KEYS = ("unreachable", "store_unavailable", "ready_for_cycle", "draining", "no_vfs", "overflow_only",
+                  "below_threshold", "healthy")
+CARD_HEALTH_CODES = dict((key, len(MAP_STATE_KEYS) - 1 - index) for index, key in enumerate(MAP_STATE_KEYS))
+
+
+def card_map_state(entry, gpu):
+    """A card's state on the health map: its host's status first (unreachable, store unavailable), then its own."""
+    if entry["status"] in HOST_DOWN:
+        return "unreachable"
+    state = card_state(gpu)
+    if state == "placement_disabled" or any(i["code"] == "store_unavailable" for i in entry["issues"]):
+        return "store_unavailable"
+    return state
+
+
 def _action_text(action):
     if action.get("failed"):
         state = "failed"
@@ -683,6 +701,11 @@ def render_prometheus(entry):
             ((("state", "draining"),), len([g for g in gpus if g["drained"] and not g["idle"]])),
             ((("state", "overflow_only"),), len([g for g in gpus if g["overflow_only"] and not g["drained"]])),
             ((("state", "total"),), len(gpus))])
+        if gpus:
+            _prom_line(out, "card_health", "Each card's state on the report's health map: 0 healthy, 1 failures below "
+                       "the threshold, 2 overflow-only, 3 no VFs, 4 draining, 5 ready for cycle, 6 store unavailable.",
+                       [((("card", gpu.get("address")),), CARD_HEALTH_CODES[card_map_state(entry, gpu)])
+                        for gpu in gpus])
     if entry.get("sentinel") is not None:
         findings = sentinel.get("findings") or []
         _prom_line(out, "sentinel_verdicts", "Standing sentinel verdicts, by verdict.", [

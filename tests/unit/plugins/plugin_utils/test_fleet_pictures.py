@@ -284,3 +284,10 @@ def test_map_line_and_markdown():
     assert "## Since the previous audit" not in fr.render_markdown(report)
     text = fr.render_markdown(fp.attach_history(report, "/nonexistent/hypeman-vgpu-test", 3))
     assert "## Since the previous audit\n\nfirst audit in the history: nothing to compare with." in text
+
+
+def test_one_state_list():
+    # The colours and labels are drawn for exactly the states fleet_report classifies, in its order.
+    assert tuple(s[0] for s in fp.MAP_STATES) == fr.MAP_STATE_KEYS
+    assert sorted(fr.CARD_HEALTH_CODES.values()) == list(range(len(fr.MAP_STATE_KEYS)))
+    assert fr.CARD_HEALTH_CODES["healthy"] == 0 and fr.CARD_HEALTH_CODES["store_unavailable"] == 6
