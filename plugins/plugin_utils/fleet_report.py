@@ -604,7 +604,7 @@ def render_html(report):
            "<p>Generated %s%s. Hosts needing action come first.</p>" % (
                esc(str(report["generated_at"] or "-")),
                " (check mode: nothing was changed)" if report["check_mode"] else ""),
-           "<h2>Summary</h2><table>"]
+           pictures, "<h2>Summary</h2><table>"]
     for key, label in _SUMMARY_ROWS:
         out.append("<tr><th>%s</th><td>%s</td></tr>" % (esc(label.strip()), esc(str(summary[key]))))
     out.append("</table><h2>Policy</h2>")
@@ -616,7 +616,6 @@ def render_html(report):
     else:
         out.append("<ul class=\"critical\">%s</ul>" % "".join(
             "<li><code>%s</code>: %s</li>" % (esc(v["policy"]), esc(v["message"])) for v in policy["violations"]))
-    out.append(pictures)
     out.append("<h2>Hosts</h2>")
     for index, entry in enumerate(report["hosts"]):
         heading = (fleet_pictures.host_anchor(index), esc(entry["severity"]), esc(entry["host"]),
