@@ -402,11 +402,12 @@ def _dash(value):
     return "-" if value is None else value
 
 
-def _cell_html(key, title, href, extra_attrs=""):
+def _cell_html(key, what, title, href, extra_attrs=""):
+    """One map cell: the code shows in the cell; what it is and its state are text too (read without CSS)."""
     _key, _short, label, code, _colour, pattern = _STATE[key]
     return ("<li class=\"cell st-%s %s\" data-state=\"%s\"%s title=\"%s\"><a href=\"#%s\">%s"
-            "<span class=\"vh\"> %s</span></a></li>" % (key, pattern, key, extra_attrs, _esc(title), href, code,
-                                                         _esc(label)))
+            "<span class=\"vh\"> %s: %s</span></a></li>" % (key, pattern, key, extra_attrs, _esc(title), href, code,
+                                                             _esc(str(what)), _esc(label)))
 
 
 def render_map_html(report):
@@ -417,7 +418,7 @@ def render_map_html(report):
            "numbers, follow it to the host.</p>" % _esc(map_line(report)),
            "<ul class=\"legend\" aria-label=\"legend\">"]
     for key, _short, label, code, _colour, pattern in MAP_STATES:
-        out.append("<li><span class=\"cell st-%s %s\" data-legend=\"%s\">%s</span>%s (%d)</li>" % (
+        out.append("<li><span class=\"cell st-%s %s\" data-legend=\"%s\">%s</span> %s (%d)</li>" % (
             key, pattern, key, code, _esc(label), counts[key]))
     out.append("</ul><ol class=\"hmap\">")
     for group in groups:
@@ -425,10 +426,10 @@ def render_map_html(report):
         out.append("<li data-host=\"%s\"><a class=\"hname\" href=\"#%s\">%s</a> <span class=\"vh\">(%s)</span>"
                    "<ul class=\"cells\">" % (_esc(group["host"]), group["anchor"], _esc(group["host"]), _esc(status)))
         for cell in group["cells"]:
-            out.append(_cell_html(cell["state"], _cell_title(group, cell), group["anchor"],
+            out.append(_cell_html(cell["state"], cell["card"], _cell_title(group, cell), group["anchor"],
                                   " data-card=\"%s\"" % _esc(str(cell["card"]))))
         if group["placeholder"]:
-            out.append(_cell_html(group["placeholder"], "%s: %s; no card data" % (group["host"], status),
+            out.append(_cell_html(group["placeholder"], "host", "%s: %s; no card data" % (group["host"], status),
                                   group["anchor"], " data-placeholder=\"1\""))
         if not group["cells"] and not group["placeholder"]:
             out.append("<li>no cards</li>")

@@ -180,10 +180,6 @@ def check_page(page, report, where):
             fail("%s: a cell with unknown state %r" % (where, cell["attrs"].get("data-state")))
             continue
         text = " ".join(cell["text"].split())
-        if cell["attrs"].get("data-legend"):
-            if state[3] not in text:
-                fail("%s: legend entry %s has no text code" % (where, state[0]))
-            continue
         if state[3] not in text or state[2] not in text:
             fail("%s: cell %s has text %r: no code %r or label %r beside its colour" % (
                 where, cell["attrs"].get("title"), text, state[3], state[2]))
@@ -227,8 +223,9 @@ def check_without_css(page, report, where):
             fail("%s: host %s is not in the map's text" % (where, entry["host"]))
         for gpu in (entry.get("placement") or {}).get("gpus") or []:
             label = dict((s[0], s[2]) for s in fleet_pictures.MAP_STATES)[fleet_report.card_map_state(entry, gpu)]
-            if label not in text:
-                fail("%s: state %r of %s %s is not in the map's text" % (where, label, entry["host"], gpu["address"]))
+            if "%s: %s" % (gpu["address"], label) not in text:
+                fail("%s: card %s of %s is not in the map's text with its state %r" % (
+                    where, gpu["address"], entry["host"], label))
 
 
 def strip_css(text):

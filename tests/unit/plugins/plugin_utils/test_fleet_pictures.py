@@ -144,6 +144,8 @@ def test_map_and_capacity_agree_with_the_report(report):
         label = dict((s[0], s) for s in fp.MAP_STATES)[cell["attrs"]["data-state"]]
         # Colour is never the only signal: the cell's text has its code and its label.
         assert label[3] in cell["text"] and label[2] in cell["text"]
+        if "data-card" in cell["attrs"]:
+            assert "%s: %s" % (cell["attrs"]["data-card"], label[2]) in cell["text"]
         assert cell["attrs"]["title"]
     for group in groups:
         assert 'id="%s"' % group["anchor"] in page
