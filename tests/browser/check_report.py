@@ -42,12 +42,11 @@ _CONSOLE = re.compile(r":CONSOLE[:(]")
 
 
 def _collections_path():
-    # The collection is imported as ansible_collections.hypeman.vgpu: the directory three levels up.
-    parent = os.path.abspath(os.path.join(COLLECTION, "..", "..", ".."))
-    if os.path.basename(os.path.dirname(os.path.dirname(COLLECTION))) != "ansible_collections":
-        sys.exit("check_report.py must run from the collection at .../ansible_collections/hypeman/vgpu "
-                 "(e.g. .collections/ansible_collections/hypeman/vgpu/tests/browser/check_report.py)")
-    return parent
+    # The collection is imported as ansible_collections.hypeman.vgpu: the directory three levels up
+    # when this file is reached through .../ansible_collections/hypeman/vgpu, else the repository's .collections.
+    if os.path.basename(os.path.dirname(os.path.dirname(COLLECTION))) == "ansible_collections":
+        return os.path.abspath(os.path.join(COLLECTION, "..", "..", ".."))
+    return os.path.join(COLLECTION, ".collections")
 
 
 sys.path.insert(0, _collections_path())
