@@ -405,9 +405,9 @@ def _dash(value):
 def _cell_html(key, what, title, href, extra_attrs=""):
     """One map cell: the code shows in the cell; what it is and its state are text too (read without CSS)."""
     _key, _short, label, code, _colour, pattern = _STATE[key]
+    values = (key, pattern, key, extra_attrs, _esc(title), href, code, _esc(str(what)), _esc(label))
     return ("<li class=\"cell st-%s %s\" data-state=\"%s\"%s title=\"%s\"><a href=\"#%s\">%s"
-            "<span class=\"vh\"> %s: %s</span></a></li>" % (key, pattern, key, extra_attrs, _esc(title), href, code,
-                                                             _esc(str(what)), _esc(label)))
+            "<span class=\"vh\"> %s: %s</span></a></li>" % values)
 
 
 def render_map_html(report):
@@ -447,9 +447,9 @@ def _bar_svg(row, width=320, height=16):
         if not total or not row[key]:
             continue
         w = width * row[key] / float(total)
+        values = (x, w, height, colour, key, _esc(label), row[key], total)
         parts.append("<rect x=\"%.1f\" y=\"0\" width=\"%.1f\" height=\"%d\" fill=\"%s\" data-segment=\"%s\">"
-                     "<title>%s: %d of %d slots</title></rect>" % (x, w, height, colour, key, _esc(label), row[key],
-                                                                  total))
+                     "<title>%s: %d of %d slots</title></rect>" % values)
         x += w
     if not total:
         parts.append("<rect x=\"0\" y=\"0\" width=\"%d\" height=\"%d\" fill=\"none\" stroke=\"#999\"/>" % (width, height))
@@ -458,8 +458,8 @@ def _bar_svg(row, width=320, height=16):
 
 
 def _capacity_words(row):
-    return "%d slots: %s" % (row["total"], ", ".join("%d %s" % (row[key], label)
-                                                    for key, label, _c in CAPACITY_SEGMENTS))
+    parts = ["%d %s" % (row[key], label) for key, label, _c in CAPACITY_SEGMENTS]
+    return "%d slots: %s" % (row["total"], ", ".join(parts))
 
 
 def render_capacity_html(report):
@@ -491,11 +491,11 @@ def _chart_svg(points, key, label, width=300, height=120):
     pad = 24
     step = (width - 2 * pad) / float(max(len(values) - 1, 1))
     coords = [(pad + i * step, height - pad - (height - 2 * pad) * v / top) for i, v in enumerate(values)]
+    head = (width, height, width, height, _esc(label), len(values), ", ".join(_num(v) for v in values), key)
+    axis = (pad, height - pad, width - pad, height - pad)
     out = ["<figure><svg role=\"img\" width=\"%d\" height=\"%d\" viewBox=\"0 0 %d %d\" aria-label=\"%s over the "
-           "last %d audits: %s\" data-series=\"%s\">" % (width, height, width, height, _esc(label), len(values),
-                                                          ", ".join(_num(v) for v in values), key),
-           "<line x1=\"%d\" y1=\"%d\" x2=\"%d\" y2=\"%d\" stroke=\"#999\"/>" % (pad, height - pad, width - pad,
-                                                                                 height - pad),
+           "last %d audits: %s\" data-series=\"%s\">" % head,
+           "<line x1=\"%d\" y1=\"%d\" x2=\"%d\" y2=\"%d\" stroke=\"#999\"/>" % axis,
            "<text x=\"2\" y=\"%d\">%s</text><text x=\"2\" y=\"%d\">0</text>" % (pad - 6, _num(top), height - pad + 4)]
     if len(coords) > 1:
         out.append("<polyline fill=\"none\" stroke=\"#2f6fb0\" stroke-width=\"2\" points=\"%s\"/>" % " ".join(

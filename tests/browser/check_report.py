@@ -171,8 +171,8 @@ def check_page(page, report, where):
             want = tuple("-" if gpu[k] is None else str(gpu[k]) for k in ("vf_total", "quarantined", "allocatable",
                                                                           "claimed"))
             if numbers != want:
-                fail("%s: %s %s hover numbers %s, the JSON has %s" % (where, entry["host"], gpu["address"], numbers,
-                                                                       want))
+                fail("%s: %s %s hover numbers %s, the JSON has %s" % (
+                    where, entry["host"], gpu["address"], numbers, want))
     for cell in page.cells:
         state = states.get(cell["attrs"].get("data-state"))
         if state is None:
