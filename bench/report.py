@@ -40,7 +40,7 @@ def fleet(work, hosts, cards):
 def best(func, rounds=3):
     times = []
     result = None
-    for _ in range(rounds):
+    for _round in range(rounds):
         started = time.perf_counter()
         result = func()
         times.append(time.perf_counter() - started)
@@ -63,7 +63,7 @@ def main(argv=None):
             name = fleet_pictures.history_name("audit", "2026-11-%02dT06:00:00Z" % day)
             with open(os.path.join(report_dir, "history", name), "w") as handle:
                 handle.write(record)
-        seconds, _ = best(lambda: fleet_pictures.attach_history(report, report_dir, 30))
+        seconds, _report = best(lambda: fleet_pictures.attach_history(report, report_dir, 30))
         print("history: %.3f s to read 29 records of %d bytes each and compute the trends and changes"
               % (seconds, len(record)))
         for name, render in (("json", fleet_report.to_json), ("markdown", fleet_report.render_markdown),

@@ -468,7 +468,7 @@ def render_capacity_html(report):
            "<p>Legend: %s.</p>" % ", ".join("<span style=\"color:%s\">&#9632;</span> %s" % (c, _esc(label))
                                             for _k, label, c in CAPACITY_SEGMENTS),
            "<table id=\"capacity-table\"><tr><th>Host</th><th>Slots</th>%s<th>Bar</th></tr>" % "".join(
-               "<th>%s</th>" % _esc(label.split(" (")[0].capitalize()) for _k, label, _c in CAPACITY_SEGMENTS)]
+               "<th>%s</th>" % _esc(label.split(" (", maxsplit=1)[0].capitalize()) for _k, label, _c in CAPACITY_SEGMENTS)]
 
     def row_html(name, row, cls):
         return "<tr class=\"%s\"><th>%s</th><td>%d</td>%s<td>%s</td></tr>" % (
