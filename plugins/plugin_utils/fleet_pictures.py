@@ -417,9 +417,12 @@ def render_map_html(report):
            "<p id=\"map-line\">%s. One cell per card, hosts needing action first; hover a cell for its "
            "numbers, follow it to the host.</p>" % _esc(map_line(report)),
            "<ul class=\"legend\" aria-label=\"legend\">"]
+    down = len([g for g in groups if g["placeholder"]])
     for key, _short, label, code, _colour, pattern in MAP_STATES:
-        out.append("<li><span class=\"cell st-%s %s\" data-legend=\"%s\">%s</span> %s (%d)</li>" % (
-            key, pattern, key, code, _esc(label), counts[key]))
+        # Cards of an unreachable host are unknown: the legend counts its hosts instead.
+        count = "%d host(s)" % down if key == "unreachable" else "%d" % counts[key]
+        out.append("<li><span class=\"cell st-%s %s\" data-legend=\"%s\">%s</span> %s (%s)</li>" % (
+            key, pattern, key, code, _esc(label), count))
     out.append("</ul><ol class=\"hmap\">")
     for group in groups:
         status = group["status"].replace("_", " ")
