@@ -70,6 +70,11 @@ log "running the fleet audit (playbooks/audit.yml, read-only)"
 quiet_playbook audit playbooks/audit.yml -e "@$work/sim_vars.yml"
 echo
 echo "== fleet audit report: $report_dir (fleet-audit.json, .md, .html)"
+# One line: where the HTML report is and what its health map shows (plugin_utils/fleet_pictures.py).
+PYTHONPATH="$PWD/.collections" "$VENV_PY" -c 'import json, sys
+from ansible_collections.hypeman.vgpu.plugins.plugin_utils import fleet_pictures
+print("== open %s: %s" % (sys.argv[2], fleet_pictures.map_line(json.load(open(sys.argv[1])))))' \
+  "$report_dir/fleet-audit.json" "$report_dir/fleet-audit.html"
 "$VENV_PY" -c 'import json, sys; print(json.dumps(json.load(open(sys.argv[1]))["summary"], indent=2, sort_keys=True))' \
   "$report_dir/fleet-audit.json"
 # Which hypeman sentinel watches the host (docs/hypeman-versions.md): console markers or the vsock poll.

@@ -8,8 +8,10 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from ansible.errors import AnsibleFilterError
+from ansible.utils.display import Display
 
 from ansible_collections.hypeman.vgpu.plugins.module_utils import _gotime
+from ansible_collections.hypeman.vgpu.plugins.plugin_utils import fleet_pictures as _pictures
 from ansible_collections.hypeman.vgpu.plugins.plugin_utils import fleet_report as _report
 from ansible_collections.hypeman.vgpu.plugins.plugin_utils import hypeman_config as _config
 
@@ -36,7 +38,7 @@ def _age_seconds(audited_at, generated_at):
 
 def fleet_report(hostvars, hosts, kind="audit", generated_at=None, check_mode=False, policies=None,
                  report_dir=None, formats=("json", "markdown", "html"), fact="fleet_reconcile_entry", result=None,
-                 max_age=None):
+                 max_age=None, history_keep=0):
     entries = []
     for host in hosts:
         try:
@@ -64,13 +66,29 @@ def fleet_report(hostvars, hosts, kind="audit", generated_at=None, check_mode=Fa
         entries.append(entry)
     try:
         reports = _report.report_paths(report_dir, kind, _plain(formats))
-        return _report.build_report(entries, kind, generated_at, check_mode, _plain(policies), reports)
+        report = _report.build_report(entries, kind, generated_at, check_mode, _plain(policies), reports)
     except _report.ReportError as err:
         raise AnsibleFilterError(str(err))
+    try:
+        keep = int(history_keep or 0)
+    except (TypeError, ValueError):
+        raise AnsibleFilterError("fleet_report: history_keep %r; expected a whole number of reports" % (history_keep,))
+    if keep > 0 and report_dir:
+        try:
+            _pictures.attach_history(report, str(report_dir), keep)
+        except _pictures.HistoryError as err:
+            raise AnsibleFilterError("fleet_report: %s" % err)
+        for warning in report["history"]["warnings"]:
+            Display().warning(warning)
+    return report
+
+
+def _history_record(report):
+    return _pictures.to_json(_pictures.history_record(report))
 
 
 _RENDERERS = {"json": _report.to_json, "markdown": _report.render_markdown, "html": _report.render_html,
-              "prometheus": _report.render_prometheus}
+              "prometheus": _report.render_prometheus, "history": _history_record}
 
 
 def fleet_render(data, fmt="markdown"):

@@ -81,14 +81,29 @@ _GPU_KEYS = ("address", "vf_total", "sriov_numvfs", "sriov_totalvfs", "quarantin
 
 
 def placement_section(view):
-    """The parts of ``_placement.host_view`` a fleet report shows (the full view is large)."""
+    """The parts of ``_placement.host_view`` a fleet report shows (the full view is large).
+
+    Each card also gets ``below_threshold_vfs``: its unquarantined VFs with failures below the
+    threshold (the fleet report's health map shows them per card; the store section only by VF).
+    """
+    threshold = view["threshold"]
+    below = {}
+    for vf in view["vfs"]:
+        failures = vf.get("failures") or 0
+        if not vf.get("quarantined") and 0 < failures and (threshold is None or failures < threshold):
+            below[vf.get("parent")] = below.get(vf.get("parent"), 0) + 1
+    gpus = []
+    for gpu in view["gpus"]:
+        section = dict((key, gpu.get(key)) for key in _GPU_KEYS)
+        section["below_threshold_vfs"] = below.get(gpu.get("address"), 0)
+        gpus.append(section)
     return {
         "framework": view["framework"],
         "placement_disabled_reason": view["placement_disabled_reason"],
-        "threshold": view["threshold"],
+        "threshold": threshold,
         "slots": dict(view["slots"]),
         "pending_quarantine": list(view["pending_quarantine"]),
-        "gpus": [dict((key, gpu.get(key)) for key in _GPU_KEYS) for gpu in view["gpus"]],
+        "gpus": gpus,
         "unreadable_vfs": [entry.get("address") for entry in view["unreadable_vfs"]],
         "unreadable_metadata": [entry.get("path") for entry in view["unreadable_metadata"]],
         "held_open_error": view["held_open_error"],

@@ -233,7 +233,8 @@ placement:
       description:
         - Per card C(address), C(vf_total), C(sriov_numvfs), C(sriov_totalvfs), C(quarantined), C(allocatable),
           C(allocated), C(claimed), C(held_open), C(overflow_only), C(drained), C(idle), C(idle_blockers),
-          C(live_instances) as M(hypeman.vgpu.vgpu_placement_info) returns them.
+          C(live_instances) as M(hypeman.vgpu.vgpu_placement_info) returns them, and C(below_threshold_vfs),
+          the card's unquarantined VFs with failures below the threshold.
       type: list
       elements: dict
     unreadable_vfs:

@@ -226,14 +226,15 @@ def summarize(entries):
         summary["stale_records"] += len(store.get("stale_records") or [])
         for gpu in (entry.get("placement") or {}).get("gpus") or []:
             summary["cards_total"] += 1
-            if _without_vfs(gpu):
+            state = card_state(gpu)
+            if state == "no_vfs":
                 summary["cards_without_vfs"] += 1
-            elif gpu.get("drained") and gpu.get("idle"):
+            elif state == "ready_for_cycle":
                 summary["cards_ready_for_cycle"] += 1
                 summary["ready_for_cycle"].append({"host": host, "gpu": gpu["address"]})
-            elif gpu.get("drained"):
+            elif state == "draining":
                 summary["cards_draining"] += 1
-            elif gpu.get("overflow_only"):
+            elif state == "overflow_only":
                 summary["cards_overflow_only"] += 1
         sentinel = entry.get("sentinel") or {}
         summary["sentinel_failed"] += len([f for f in sentinel.get("findings") or [] if f["verdict"] == "failed"])
@@ -451,6 +452,14 @@ def render_markdown(report):
         lines.append("")
         lines += ["- `%s`: %s" % (v["policy"], _md(v["message"])) for v in policy["violations"]]
     lines.append("")
+    history = report.get("history")
+    if history:
+        changes = history["changes"]
+        lines += ["## Since the previous audit", "", "%s%s." % (
+            "(%s) " % changes["previous_at"] if changes["previous_at"] else "", _md(changes["text"]))]
+        for warning in history["warnings"]:
+            lines += ["", "Warning: %s" % _md(warning)]
+        lines.append("")
     if summary["ready_for_cycle"]:
         lines += ["## Cards ready for an SR-IOV cycle", ""]
         lines += ["- %s %s: `ansible-playbook hypeman.vgpu.recover_gpu -e target_hosts=%s -e target_gpu=%s`" % (
@@ -512,16 +521,59 @@ def _without_vfs(gpu):
     return gpu.get("vf_total") == 0 and (gpu.get("sriov_totalvfs") or 0) > 0
 
 
-def _card_state(gpu):
+# The one home of the card classification: the summary counts, the host tables and the
+# health map (plugin_utils/fleet_pictures.py) all read it. Worst first where they overlap.
+CARD_STATE_TEXT = {
+    "no_vfs": "no VFs (SR-IOV off)",
+    "placement_disabled": "placement disabled",
+    "ready_for_cycle": "drained, idle: ready for cycle",
+    "draining": "drained, busy",
+    "overflow_only": "overflow-only",
+    "below_threshold": "healthy",
+    "healthy": "healthy",
+}
+
+
+def card_state(gpu):
+    """A card's state from its placement figures (a key of :data:`CARD_STATE_TEXT`).
+
+    ``below_threshold``: some unquarantined VFs carry failures below the
+    threshold (``below_threshold_vfs``, absent from audits before it existed);
+    hypeman still places on the card normally, so its table row says healthy.
+    """
     if _without_vfs(gpu):
-        return "no VFs (SR-IOV off)"
+        return "no_vfs"
     if gpu.get("quarantined") is None:
-        return "placement disabled"
+        return "placement_disabled"
     if gpu.get("drained"):
-        return "drained, idle: ready for cycle" if gpu.get("idle") else "drained, busy"
+        return "ready_for_cycle" if gpu.get("idle") else "draining"
     if gpu.get("overflow_only"):
-        return "overflow-only"
+        return "overflow_only"
+    if gpu.get("below_threshold_vfs"):
+        return "below_threshold"
     return "healthy"
+
+
+def _card_state(gpu):
+    return CARD_STATE_TEXT[card_state(gpu)]
+
+
+HOST_DOWN = ("unreachable", "failed", "no_data")
+# The health map's card states, worst first; the textfile's card_health gauge counts them from the end
+# (healthy 0 ... store_unavailable 6; an unreachable host writes no textfile).
+MAP_STATE_KEYS = ("unreachable", "store_unavailable", "ready_for_cycle", "draining", "no_vfs", "overflow_only",
+                  "below_threshold", "healthy")
+CARD_HEALTH_CODES = dict((key, len(MAP_STATE_KEYS) - 1 - index) for index, key in enumerate(MAP_STATE_KEYS))
+
+
+def card_map_state(entry, gpu):
+    """A card's state on the health map: its host's status first (unreachable, store unavailable), then its own."""
+    if entry["status"] in HOST_DOWN:
+        return "unreachable"
+    state = card_state(gpu)
+    if state == "placement_disabled" or any(i["code"] == "store_unavailable" for i in entry["issues"]):
+        return "store_unavailable"
+    return state
 
 
 def _action_text(action):
@@ -541,15 +593,21 @@ _CSS = ("body{font-family:system-ui,sans-serif;margin:2em;color:#222}table{borde
 
 
 def render_html(report):
+    # Imported here: fleet_pictures reads this module's card rules.
+    from ansible_collections.hypeman.vgpu.plugins.plugin_utils import fleet_pictures
+
     esc = html.escape
     summary = report["summary"]
+    pictures_css, pictures = fleet_pictures.render_html_sections(report)
     out = ["<!DOCTYPE html>", "<html lang=\"en\"><head><meta charset=\"utf-8\">",
-           "<title>hypeman vGPU fleet %s</title><style>%s</style></head><body>" % (esc(report["kind"]), _CSS),
+           "<meta name=\"viewport\" content=\"width=device-width\">",
+           "<title>hypeman vGPU fleet %s</title><style>%s%s</style></head><body>" % (
+               esc(report["kind"]), _CSS, pictures_css),
            "<h1>hypeman vGPU fleet %s</h1>" % esc(report["kind"]),
            "<p>Generated %s%s. Hosts needing action come first.</p>" % (
                esc(str(report["generated_at"] or "-")),
                " (check mode: nothing was changed)" if report["check_mode"] else ""),
-           "<h2>Summary</h2><table>"]
+           pictures, "<h2>Summary</h2><table>"]
     for key, label in _SUMMARY_ROWS:
         out.append("<tr><th>%s</th><td>%s</td></tr>" % (esc(label.strip()), esc(str(summary[key]))))
     out.append("</table><h2>Policy</h2>")
@@ -562,9 +620,10 @@ def render_html(report):
         out.append("<ul class=\"critical\">%s</ul>" % "".join(
             "<li><code>%s</code>: %s</li>" % (esc(v["policy"]), esc(v["message"])) for v in policy["violations"]))
     out.append("<h2>Hosts</h2>")
-    for entry in report["hosts"]:
-        heading = (esc(entry["severity"]), esc(entry["host"]), esc(entry["status"].replace("_", " ")))
-        out.append("<h3 class=\"%s\">%s &mdash; %s</h3>" % heading)
+    for index, entry in enumerate(report["hosts"]):
+        heading = (fleet_pictures.host_anchor(index), esc(entry["severity"]), esc(entry["host"]),
+                   esc(entry["status"].replace("_", " ")))
+        out.append("<h3 id=\"%s\" class=\"%s\">%s &mdash; %s</h3>" % heading)
         if entry["issues"]:
             out.append("<table><tr><th>Severity</th><th>Issue</th><th>What</th><th>Do</th></tr>")
             for issue in entry["issues"]:
@@ -644,6 +703,11 @@ def render_prometheus(entry):
             ((("state", "draining"),), len([g for g in gpus if g["drained"] and not g["idle"]])),
             ((("state", "overflow_only"),), len([g for g in gpus if g["overflow_only"] and not g["drained"]])),
             ((("state", "total"),), len(gpus))])
+        if gpus:
+            _prom_line(out, "card_health", "Each card's state on the report's health map: 0 healthy, 1 failures below "
+                       "the threshold, 2 overflow-only, 3 no VFs, 4 draining, 5 ready for cycle, 6 store unavailable.",
+                       [((("card", gpu.get("address")),), CARD_HEALTH_CODES[card_map_state(entry, gpu)])
+                        for gpu in gpus])
     if entry.get("sentinel") is not None:
         findings = sentinel.get("findings") or []
         _prom_line(out, "sentinel_verdicts", "Standing sentinel verdicts, by verdict.", [

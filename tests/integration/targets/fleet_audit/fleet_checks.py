@@ -13,7 +13,7 @@ import json
 import os
 import sys
 
-VOLATILE = ("generated_at", "check_mode", "reports")
+VOLATILE = ("generated_at", "check_mode", "reports", "history")
 
 
 def _load(path):
@@ -227,9 +227,42 @@ def check_prometheus(args):
                     values.get('hypeman_vgpu_at_risk_vfs{reason="%s"}' % reason) != at_risk:
                 fail("%s: hypeman_vgpu_at_risk_vfs{reason=%s} is %s with issues %s" % (
                     host, reason, values.get('hypeman_vgpu_at_risk_vfs{reason="%s"}' % reason), codes))
+        health = [v for k, v in values.items() if k.startswith("hypeman_vgpu_card_health{")]
+        if "card_ready_for_cycle" in codes and "5" not in health:
+            fail("%s: no card with hypeman_vgpu_card_health 5 (ready for cycle): %s" % (host, health))
+        if "store_unavailable" in codes and set(health) != {"6"}:
+            fail("%s: cards of a host with its store unavailable must all be 6: %s" % (host, health))
         if "audit_incomplete" not in codes and 'hypeman_vgpu_slots{kind="total"}' not in values:
             fail("%s: no slots metric in %s" % (host, path))
     print("prometheus textfiles ok")
+
+
+def check_history(args):
+    """The second audit into one report directory: trends over both, nothing changed, a garbage history file
+    skipped with a warning, the files beyond the keep deleted, and the HTML map with one cell per card."""
+    report = _load(args.report)
+    history = report.get("history")
+    if not history:
+        fail("the report has no history")
+    if len(history["points"]) != args.points:
+        fail("%d trend points, expected %d: %s" % (len(history["points"]), args.points, history["points"]))
+    if history["changes"]["text"] != "no change since the previous audit":
+        fail("changes between two audits of the same fleet: %r" % history["changes"]["text"])
+    if [os.path.basename(w.split(": ")[0].split()[-1]) for w in history["warnings"]] != args.skipped:
+        fail("history warnings %s, expected files %s skipped" % (history["warnings"], args.skipped))
+    directory = history["dir"]
+    left = sorted(os.listdir(directory))
+    for name in args.deleted:
+        if name in left:
+            fail("history file %s beyond the keep was not deleted: %s" % (name, left))
+    if os.path.basename(history["record_file"]) not in left:
+        fail("this report's record %s was not written: %s" % (history["record_file"], left))
+    with open(report["reports"]["html"]) as handle:
+        page = handle.read()
+    cells = page.count(" data-card=")
+    if cells != report["summary"]["cards_total"]:
+        fail("the HTML map has %d card cells, the report %d cards" % (cells, report["summary"]["cards_total"]))
+    print("history ok: %d points, %s" % (len(history["points"]), history["changes"]["text"]))
 
 
 def check_vsock(args):
@@ -288,6 +321,12 @@ def main(argv=None):
     p.add_argument("--expected", required=True)
     p.add_argument("--kind", default="audit")
     p.set_defaults(func=check_report)
+    p = sub.add_parser("history")
+    p.add_argument("--report", required=True)
+    p.add_argument("--points", type=int, required=True)
+    p.add_argument("--skipped", nargs="*", default=[])
+    p.add_argument("--deleted", nargs="*", default=[])
+    p.set_defaults(func=check_history)
     p = sub.add_parser("same-report")
     p.add_argument("first")
     p.add_argument("second")

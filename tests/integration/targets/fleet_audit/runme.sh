@@ -61,9 +61,16 @@ for dir in "$work"/hosts/*/; do mkdir -p "$dir/prom"; done
 prom_dir='{{ hypeman_vgpu_data_dir | dirname | dirname | dirname }}/prom'
 playbook hypeman.vgpu.audit -e audit_report_dir="$work/prom-report" -e "audit_prometheus_dir=$prom_dir"
 check prometheus --dir "$work" --expected "$work/expected.json"
+# The second audit into the same report directory also has a history: an old file beyond the keep
+# (deleted), a garbage one within it (skipped with a warning), the first audit's record.
+printf 'old' > "$work/prom-report/history/fleet-audit-20000101T000000Z.json"
+printf '\377garbage' > "$work/prom-report/history/fleet-audit-20000102T000000Z.json"
 playbook hypeman.vgpu.audit -e audit_report_dir="$work/prom-report" -e "audit_prometheus_dir=$prom_dir" \
-  | tee "$work/prom-again.log"
+  -e audit_history_keep=3 2>&1 | tee "$work/prom-again.log"
 grep -E 'changed=[1-9]' "$work/prom-again.log" && { echo "FAIL: rewriting unchanged textfiles"; exit 1; }
+grep -q 'skipped fleet report history file .*fleet-audit-20000102T000000Z.json' "$work/prom-again.log"
+check history --report "$work/prom-report/fleet-audit.json" --points 2 \
+  --skipped fleet-audit-20000102T000000Z.json --deleted fleet-audit-20000101T000000Z.json
 for dir in "$work"/hosts/*/; do rm -rf "$dir/prom"; done
 
 # Reconcile in check mode: plans the repairs, changes nothing.
