@@ -30,14 +30,20 @@ class ActionModule(ActionBase):
         if not isinstance(reports, dict):
             return dict(result, failed=True, msg="report.reports is %r; expected a mapping of format to path"
                         % (type(reports).__name__,))
+        history = report.get("history") if isinstance(report.get("history"), dict) else {}
+        record_file = history.get("record_file")
         try:
             files = dict((str(path), fleet_render(report, fmt)) for fmt, path in reports.items())
+            if record_file:
+                files[str(record_file)] = fleet_render(report, "history")
         except AnsibleFilterError as err:
             return dict(result, failed=True, msg=str(err))
         try:
             written, unchanged = _report.write_reports(files)
+            # Only records the history reader listed, and only inside the history directory.
+            deleted = _report.delete_history_records(history.get("dir"), history.get("expired") or [])
         except OSError as err:
             return dict(result, failed=True, msg="cannot write the fleet report %s: %s"
                         % (err.filename or "", err.strerror or err))
         # The report is this job's output, not a change to a managed host (check mode writes it too).
-        return dict(result, changed=False, written=written, unchanged=unchanged)
+        return dict(result, changed=False, written=written, unchanged=unchanged, history_deleted=deleted)

@@ -20,6 +20,9 @@ description:
   - A missing directory is created (mode C(0755); an existing one is left as it is). A file that already
     holds the same bytes with mode C(0644) is not touched; any other is replaced atomically (temporary file
     in the same directory, then a rename) with mode C(0644).
+  - When the report keeps a history (C(history.record_file)), this run's history record is written the
+    same way and the records the report lists in C(history.expired) (only files directly inside
+    C(history.dir)) are deleted.
   - The report is the job's output, not a change to a managed host, so the result is never C(changed)
     and the files are written in check mode too.
 options:
@@ -68,4 +71,10 @@ unchanged:
   type: list
   elements: str
   sample: [/srv/reports/fleet-audit.md]
+history_deleted:
+  description: The expired history records deleted.
+  returned: success
+  type: list
+  elements: str
+  sample: [/srv/reports/history/fleet-audit-20261101T000000Z.json]
 """

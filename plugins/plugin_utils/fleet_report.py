@@ -13,6 +13,7 @@ needing action first, the summary AWX publishes through ``set_stats``, the
 
 from __future__ import annotations
 
+import errno
 import html
 import json
 import os
@@ -796,3 +797,26 @@ def write_reports(files, dir_mode=0o755, file_mode=0o644):
             raise
         written.append(path)
     return written, unchanged
+
+
+def delete_history_records(history_dir, expired):
+    """Delete the expired history records (paths directly inside ``history_dir``); returns those deleted.
+
+    A path elsewhere is refused (``OSError``): the list comes from the report,
+    and the report is a task argument a playbook could change.
+    """
+    deleted = []
+    if not history_dir:
+        return deleted
+    root = os.path.realpath(history_dir)
+    for path in expired:
+        path = str(path)
+        if os.path.realpath(os.path.dirname(path)) != root:
+            raise OSError(errno.EPERM, "not inside the history directory %s" % history_dir, path)
+        try:
+            os.unlink(path)
+        except FileNotFoundError:
+            continue
+        deleted.append(path)
+    return deleted
+

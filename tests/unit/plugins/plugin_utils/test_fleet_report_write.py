@@ -70,3 +70,18 @@ def test_an_unwritable_place_raises_naming_the_path_and_leaves_nothing(tmp_path)
     with pytest.raises(OSError):
         fr.write_reports({str(target): "{}"})
     assert target.is_dir() and sorted(os.listdir(str(tmp_path))) == ["dir-in-the-way", "file"]  # no temporary file
+
+
+def test_expired_history_records_are_deleted_only_inside_the_history_directory(tmp_path):
+    history = tmp_path / "history"
+    history.mkdir()
+    old, gone = history / "fleet-audit-20261101T000000Z.json", history / "fleet-audit-20261102T000000Z.json"
+    old.write_text("{}")
+    assert fr.delete_history_records(str(history), [str(old), str(gone)]) == [str(old)]
+    assert not old.exists()
+    outside = tmp_path / "fleet-audit.json"
+    outside.write_text("{}")
+    with pytest.raises(OSError) as err:
+        fr.delete_history_records(str(history), [str(history / ".." / "fleet-audit.json")])
+    assert "not inside the history directory" in str(err.value) and outside.exists()
+    assert fr.delete_history_records(None, [str(outside)]) == [] and outside.exists()
