@@ -33,7 +33,7 @@ description:
     C(vgpu_needs_recovery) and C(vgpu_needs_action) with the issue code C(quarantined_slots).
   - The configuration file name must end with C(vgpu_fleet.yml) or C(vgpu_fleet.yaml).
 author:
-  - hypeman.vgpu contributors
+  - hypeman.vgpu contributors (!UNKNOWN)
 extends_documentation_fragment:
   - constructed
   - inventory_cache
@@ -227,8 +227,9 @@ class InventoryModule(BaseInventoryPlugin, Constructable, Cacheable):
         except _fleet.FleetInputError as err:
             self.display.warning("vgpu_fleet: ignoring the cached inventory (%s); reading the source again" % err)
             return None
+        origins = state.get("origins") if isinstance(state.get("origins"), dict) else {}
         checked.update(source=state["source"], kind=state.get("kind"), complete=bool(state.get("complete")),
-                       origins=dict(state.get("origins") or {}) if isinstance(state.get("origins"), dict) else {})
+                       origins=dict((k, v) for k, v in origins.items() if isinstance(v, str)))
         return checked
 
     def _read_report(self):
@@ -275,9 +276,9 @@ class InventoryModule(BaseInventoryPlugin, Constructable, Cacheable):
         if isinstance(hosts, list):
             hosts = dict((name, None) for name in hosts)
         if not isinstance(hosts, dict) or not hosts:
+            given = "not set" if hosts is None else "a %s" % type(hosts).__name__
             self._fail("option hosts is %s; expected, with source: live, a mapping of host names to their settings "
-                       "(%s) or a list of host names" % ("not set" if hosts is None else "a %s" % type(hosts).__name__,
-                                                          ", ".join(_HOST_KEYS)))
+                       "(%s) or a list of host names" % (given, ", ".join(_HOST_KEYS)))
         found = []
         for name, settings in hosts.items():
             try:
