@@ -272,7 +272,7 @@ def test_hostile_reports_property(tmp_path_factory, report):
 
     all_paths = [p for p in paths(base) if p]
 
-    @property_settings(40)
+    @property_settings(25)
     @given(st.sampled_from(all_paths), json_values)
     def check(where, value):
         document = copy.deepcopy(base)
@@ -434,3 +434,66 @@ def test_cache_keeps_the_documents_and_refresh_rereads(tmp_path, report):
     assert members(cached, "vgpu_ready_for_cycle") == ["drained-002"]  # from the cache
     fresh = parse(tmp_path, config, cache=False)  # ansible-inventory --flush-cache, meta: refresh_inventory
     assert members(fresh, "vgpu_ready_for_cycle") == [] and members(fresh, "vgpu_ok") == ["ok-000"]
+
+
+class _StubAPI(object):
+    """An HTTP server answering GET /resources with whatever body the test sets."""
+
+    def __init__(self):
+        from http.server import BaseHTTPRequestHandler
+
+        stub = self
+        self.body = b"{}"
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, fmt, *args):
+                pass
+
+            def do_GET(self):  # noqa: N802 (http.server's naming)
+                self.send_response(200)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(stub.body)))
+                self.end_headers()
+                self.wfile.write(stub.body)
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server.daemon_threads = True
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+        self.url = "http://127.0.0.1:%d" % self.server.server_address[1]
+
+
+def test_hostile_api_answers_property(tmp_path_factory):
+    """Any /resources answer: a host in vgpu_ok or vgpu_needs_action (api_error: host), or a clear error."""
+    from hypothesis import given, strategies as st
+
+    stub = _StubAPI()
+    scalars = st.none() | st.booleans() | st.integers(-5, 2 ** 70) | st.floats(allow_nan=False) | st.text(max_size=12)
+    gpu = st.fixed_dictionaries({}, optional={
+        "mode": st.sampled_from(["vgpu", "passthrough"]) | scalars, "total_slots": st.integers(-2, 64) | scalars,
+        "allocatable_slots": st.integers(-2, 64) | scalars, "quarantined_slots": st.integers(-2, 64) | scalars,
+        "placement_disabled_reason": scalars, "profiles": st.lists(scalars, max_size=2) | scalars})
+    bodies = st.one_of(
+        st.builds(lambda g: json.dumps({"gpu": g}).encode(), gpu | scalars),
+        st.builds(lambda v: json.dumps(v).encode(), st.lists(scalars, max_size=3) | scalars),
+        st.binary(max_size=40))
+    try:
+        # Each example is an HTTP round trip through the plugin: fewer examples than the file properties.
+        @property_settings(12)
+        @given(bodies, st.sampled_from(["fail", "host"]))
+        def check(body, api_error):
+            stub.body = body
+            directory = tmp_path_factory.mktemp("live")
+            try:
+                with hang_detector(20, "the plugin on a hostile API answer"):
+                    inventory = parse(directory, {"source": "live", "api_error": api_error,
+                                                  "hosts": {"h-1": {"api_url": stub.url}}})
+            except AnsibleParserError as err:
+                assert api_error == "fail" and "host h-1" in str(err)
+                return
+            groups = host_vars(inventory, "h-1")["vgpu_groups"]
+            assert ("vgpu_ok" in groups) != ("vgpu_needs_action" in groups)
+
+        check()
+    finally:
+        stub.server.shutdown()
+        stub.server.server_close()
