@@ -121,10 +121,8 @@ notes:
   - The API token is sent only as a bearer token; errors name the host and URL, never the token.
   - With O(cache=true) the documents (report entries, API answers) are cached, not the groups, so
     O(compose), O(groups) and the ages are computed each time.
-seealso:
-  - name: Fleet audit report
-    description: What each issue code and card state means (docs/audit-report.md in the collection).
-    link: https://github.com/example/hypeman-vgpu/blob/main/docs/audit-report.md
+  - What each issue code and card state means is in the collection's C(docs/audit-report.md); the plugin's
+    guide is C(docs/fleet-inventory.md).
 """
 
 EXAMPLES = r"""
@@ -138,6 +136,7 @@ keyed_groups:
   - key: vgpu_status
     prefix: vgpu_status
 
+---
 # Live, from hypeman's API on each host (token from the environment, e.g. an AWX credential)
 plugin: hypeman.vgpu.vgpu_fleet
 source: live
@@ -152,6 +151,7 @@ api_error: host
 groups:
   vgpu_capacity_low: (vgpu_slots.lost_pct | default(0)) > 25
 
+---
 # An AWX job artifact saved to a file (awx jobs get 42 -f json > job-42.json)
 plugin: hypeman.vgpu.vgpu_fleet
 report: /srv/reports/job-42.json
