@@ -22,7 +22,7 @@ demo: bootstrap
 	@bash scripts/demo.sh
 
 # The image for molecule builds during bootstrap, beside the venvs; VGPU_TEST_TOOLS
-# adds what only the tests use (Java and ansible-rulebook for the EDA run).
+# adds what only the tests use (Java and ansible-rulebook for the EDA run, Chromium).
 test:
 	@VGPU_PREBUILD_IMAGE=1 VGPU_TEST_TOOLS=1 bash scripts/bootstrap.sh
 	@bash scripts/test.sh all

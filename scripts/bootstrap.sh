@@ -14,9 +14,10 @@ log() { printf '[bootstrap] %s\n' "$*"; }
 . scripts/bootstrap_lib.sh
 # One apt run for both bootstraps (each apt-get update costs seconds).
 # `make test` alone (VGPU_TEST_TOOLS=1) needs the tools of its extra checks:
-# openjdk for ansible-rulebook's rule engine (the EDA rulebook run, docs/eda.md).
+# openjdk for ansible-rulebook's rule engine (the EDA rulebook run, docs/eda.md),
+# chromium for the fleet report's browser check (docs/testing.md).
 test_apt_packages=()
-[ "${VGPU_TEST_TOOLS:-0}" = 1 ] && test_apt_packages=(openjdk-17-jre-headless)
+[ "${VGPU_TEST_TOOLS:-0}" = 1 ] && test_apt_packages=(openjdk-17-jre-headless chromium)
 apt_ensure git shellcheck make "${test_apt_packages[@]}" "${molecule_apt_packages[@]}"
 
 # --- venvs -------------------------------------------------------------------

@@ -107,11 +107,15 @@ lane_py312() {
   phase "units (py3.12, ansible-core 2.21)" units "$py312_venv" 3.12
   phase "integration (py3.12, ansible-core 2.21)" integration "$py312_venv" 3.12
 }
+browser_check() { # the HTML fleet report in headless Chromium (docs/testing.md)
+  PYTHONPATH="$repo/.collections" "$main_venv/bin/python" "$repo/tests/browser/check_report.py" --build "$repo/build"
+}
 lane_checks() {
   phase "ansible-lint (production)" lint
   phase "antsibull-changelog lint" changelog_lint
   phase "build, install, ansible-doc" build_smoke
   phase "EDA rulebook run" bash "$repo/tests/eda/rulebook_run.sh"
+  phase "fleet report in Chromium" browser_check
 }
 lane_molecule() { MOLECULE_JOBS=${MOLECULE_JOBS:-2} phase "molecule scenarios" bash "$repo/scripts/molecule.sh"; }
 
@@ -147,6 +151,7 @@ case "${1:-all}" in
   build-smoke) phase "build, install, ansible-doc" build_smoke ;;
   molecule) phase "molecule scenarios" bash "$repo/scripts/molecule.sh" ;;
   eda) phase "EDA rulebook run" bash "$repo/tests/eda/rulebook_run.sh" ;;
+  browser) phase "fleet report in Chromium" browser_check ;;
   py312) lane_py312 ;;
   all)
     if [ "${TEST_LANES:-3}" -le 1 ]; then
@@ -165,7 +170,7 @@ case "${1:-all}" in
       lane_wait molecule
     fi
     ;;
-  *) echo "usage: $0 all|sanity|units|integration|lint|changelog-lint|build-smoke|molecule|eda|py312" >&2; exit 2 ;;
+  *) echo "usage: $0 all|sanity|units|integration|lint|changelog-lint|build-smoke|molecule|eda|browser|py312" >&2; exit 2 ;;
 esac
 
 # A lane that ended without recording its end (killed, crashed) is a failure.
