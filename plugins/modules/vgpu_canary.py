@@ -29,21 +29,23 @@ description:
     creating one, and with O(state=absent) alone, every instance with that name prefix (and the tag, when
     hypeman sends tags) is deleted. That is how a canary left by an interrupted run goes away.
   - The module does not change the store. A failed verdict is returned as RV(verdict=failed) with the evidence.
-    The M(hypeman.vgpu.vgpu_canary) role then quarantines the card's VFs through the internal role C(store_edit)
+    The C(hypeman.vgpu.vgpu_canary) role then quarantines the card's VFs through the internal role C(store_edit)
     and fails the run.
 extends_documentation_fragment:
   - hypeman.vgpu.host_paths
   - hypeman.vgpu.attributes
 attributes:
   check_mode:
+    description: Lists leftover canaries and predicts the placement. It creates and deletes nothing.
     support: full
-    details: Lists leftover canaries and predicts the placement. It creates and deletes nothing.
   diff_mode:
+    description: Returns no diff; the canary is created and deleted within one run.
     support: none
   idempotent:
-    support: none
-    details: Each O(state=verified) run boots and deletes a new canary, so it always reports a change.
-      O(state=absent) is idempotent.
+    description:
+      - Each O(state=verified) run boots and deletes a new canary, so it always reports a change.
+      - O(state=absent) is idempotent.
+    support: partial
 options:
   gpu:
     description:
@@ -104,7 +106,6 @@ notes:
     (store, instance metadata and console), O(sysfs_root), O(proc_root), O(dev_root) and O(config_path) (the
     placement what-if), and ignores O(state_dir).
 seealso:
-  - role: hypeman.vgpu.vgpu_canary
   - module: hypeman.vgpu.vgpu_placement_info
 """
 

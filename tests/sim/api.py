@@ -359,7 +359,7 @@ _TAG_RE = re.compile(r"^[A-Za-z0-9 _.:/=+@-]*$")
 def new_instance_id(rng=random):
     """A CUID2-shaped id: 24 lowercase letters and digits, starting with a letter."""
     alphabet = "abcdefghijklmnopqrstuvwxyz0123456789"
-    return rng.choice(alphabet[:26]) + "".join(rng.choice(alphabet) for _ in range(23))
+    return rng.choice(alphabet[:26]) + "".join(rng.choice(alphabet) for _index in range(23))
 
 
 def create_request_problem(body):
