@@ -5,8 +5,14 @@
 #   2. a healthy card: the canary passes and is deleted;
 #   3. an interrupted run (ansible-playbook and the module killed with SIGKILL mid-wait) leaves
 #      its canary; the next run deletes it first, then passes;
-#   4. a wedged card: the canary fails, the run fails, the canary is deleted (the re-quarantine
-#      needs hypeman's systemd unit: molecule scenario recover_happy proves it).
+#   4. a wedged card, the card kept in service (vgpu_canary_quarantine_on: []): the canary fails,
+#      the run fails, the canary is deleted, the store is untouched;
+#   5. a wedged card: the same, and every VF of the card is quarantined again through store_edit
+#      (owned, the evidence in the ledger reason), hypeman's API agrees after its restart.
+# hypeman's unit is a stand-in `systemctl` first on PATH (no systemd here): `show`, `stop` and
+# `start` of "hypeman" stop and start the API stand-in on the same port, as the real unit would.
+# The modules read the tree's proc root: this machine's /proc shows other tests' hypeman stand-ins,
+# which store_edit would rightly refuse to edit under.
 set -eux
 py=$(command -v python)
 coll=$("$py" -c 'import os
@@ -18,24 +24,48 @@ for base in os.environ.get("ANSIBLE_COLLECTIONS_PATH", "").split(":"):
 work=$(mktemp -d)
 root="$work/host"
 sim() { PYTHONPATH="$coll" "$py" -m tests.sim --root "$root" "$@"; }
-api_pid=
 cleanup() {
-  if [ -n "$api_pid" ]; then kill "$api_pid" 2>/dev/null || true; wait "$api_pid" 2>/dev/null || true; fi
+  if [ -f "$work/api.pid" ]; then kill "$(cat "$work/api.pid")" 2>/dev/null || true; fi
   sim teardown > /dev/null 2>&1 || true
   rm -rf "$work"
 }
 trap cleanup EXIT
 
 sim build --layout '{"cards": [{"model": "L40S", "address": "0000:82:00.0", "numvfs": 4}], "config": {"threshold": 2}}' > /dev/null
-# The API stand-in as a direct child with its output in a file (nothing holds ansible-test's pipe).
-PYTHONPATH="$coll" "$py" -m tests.sim --root "$root" api --listen 127.0.0.1 --port 0 > "$work/api.log" 2>&1 &
-api_pid=$!
-for _ in $(seq 100); do [ -f "$root/.vgpu-sim/api.json" ] && break; sleep 0.1; done
-port=$("$py" -c 'import json, sys; print(json.load(open(sys.argv[1]))["port"])' "$root/.vgpu-sim/api.json")
+port=$("$py" -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+mkdir -p "$work/bin"
+cat > "$work/bin/systemctl" <<UNIT
+#!/usr/bin/env bash
+# hypeman's unit, for this test only: the API stand-in in the background, its pid in $work/api.pid.
+set -u
+unit=\${@: -1}; unit=\${unit//\'/}; unit=\${unit%.service}
+[ "\$unit" = hypeman ] || { echo "Unit \$unit.service could not be found." >&2; exit 4; }
+running() { [ -f "$work/api.pid" ] && kill -0 "\$(cat "$work/api.pid")" 2>/dev/null; }
+state() { if running; then echo active; else echo inactive; fi; }
+case "\$1" in
+  show)
+    if [ "\${2:-}" = --property=ActiveState ]; then state; else printf 'Id=hypeman.service\nLoadState=loaded\nActiveState=%s\n' "\$(state)"; fi ;;
+  is-active) state; running ;;
+  stop)
+    if running; then pid=\$(cat "$work/api.pid"); kill "\$pid"; while kill -0 "\$pid" 2>/dev/null; do sleep 0.1; done; fi ;;
+  start)
+    if ! running; then
+      rm -f "$root/.vgpu-sim/api.json"
+      PYTHONPATH="$coll" setsid "$py" -m tests.sim --root "$root" api --listen 127.0.0.1 --port $port >> "$work/api.log" 2>&1 < /dev/null &
+      echo \$! > "$work/api.pid"
+      for _ in \$(seq 100); do [ -f "$root/.vgpu-sim/api.json" ] && break; sleep 0.1; done
+    fi ;;
+  *) exit 0 ;;
+esac
+UNIT
+chmod +x "$work/bin/systemctl"
+export PATH="$work/bin:$PATH"
+systemctl start hypeman
+[ "$(systemctl show --property=ActiveState --value hypeman)" = active ]
 cat > "$work/vars.yml" <<VARS
 hypeman_vgpu_data_dir: $root/var/lib/hypeman
 hypeman_vgpu_sysfs_root: $root/sys
-hypeman_vgpu_proc_root: /proc
+hypeman_vgpu_proc_root: $root/proc
 hypeman_vgpu_dev_root: $root/dev
 hypeman_vgpu_state_dir: $root/var/lib/hypeman-vgpu
 hypeman_vgpu_config_path: $root/etc/hypeman/config.yaml
@@ -96,6 +126,24 @@ has wedged "The card was left in service: verdict \"failed\" is not in vgpu_cana
 no_guests
 [ "$(store_sum)" = "$before" ]
 
-# 5. Cleanup alone, nothing left: no change.
+# 5. Wedged card, default quarantine_on [failed]: every VF quarantined again, owned, the evidence as the reason.
+run requarantine 2
+has requarantine "Every VF of 0000:82:00.0 is quarantined again (owned by this collection"
+has requarantine "The canary was deleted."
+no_guests
+"$py" - "$root" <<'CHECK'
+import json, sys
+root = sys.argv[1]
+store = json.load(open(root + "/var/lib/hypeman/gpu/vf-health.json"))
+quarantined = sorted(r["vf_address"] for r in store["records"] if r.get("quarantined_at"))
+assert quarantined == ["0000:82:00.%d" % f for f in (4, 5, 6, 7)], quarantined
+ledger = [json.loads(line) for line in open(root + "/var/lib/hypeman-vgpu/ledger.jsonl")]
+ours = [e for e in ledger if e.get("action") == "quarantine"]
+assert len(ours) == 4 and all("canary" in e["reason"] and "HYPEMAN-GPU-INIT-FAILED" in e["reason"] for e in ours), ours
+CHECK
+[ "$(systemctl show --property=ActiveState --value hypeman)" = active ]
+curl -sf -H "Authorization: Bearer $(sim token)" "http://127.0.0.1:$port/resources" | grep -q '"quarantined_slots": 4'
+
+# 6. Cleanup alone, nothing left: no change.
 run cleanup 0 -e canary_action=cleanup
 has cleanup "ok: [localhost]"
