@@ -38,13 +38,3 @@ def test_drain_waited_for_the_tenants(sh):
     drained_at = max(checks.rfc3339_ns(e["time"]) for e in quarantines)
     stopped_at = min(checks.rfc3339_ns(checks.metadata(sh, i)["StoppedAt"]) for i in ("inst-web-c", "inst-wedged-d"))
     assert drained_at < stopped_at
-
-
-def test_canary_passed_on_the_card_and_was_deleted(sh):
-    # hypeman's (the stand-in's) request log: one canary created and deleted, no instance left but the four.
-    log = sh.check_output("journalctl -u hypeman --no-pager -o cat")
-    assert log.count('"POST /instances HTTP/1.1" 201') == 1, log
-    assert log.count('"DELETE /instances/') == 1 and '" 204 ' in log.split('"DELETE /instances/', 1)[1].split("\n", 1)[0]
-    guests = sh.check_output("ls /srv/vgpu-sim/var/lib/hypeman/guests").split()
-    assert sorted(guests) == ["inst-ml-a", "inst-ml-b", "inst-web-c", "inst-wedged-d"]
-    assert not any(e.get("action") == "quarantine" and "canary" in (e.get("reason") or "") for e in checks.ledger(sh))

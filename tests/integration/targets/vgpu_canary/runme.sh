@@ -144,6 +144,18 @@ CHECK
 [ "$(systemctl show --property=ActiveState --value hypeman)" = active ]
 curl -sf -H "Authorization: Bearer $(sim token)" "http://127.0.0.1:$port/resources" | grep -q '"quarantined_slots": 4'
 
-# 6. Cleanup alone, nothing left: no change.
+# 6. sr_iov_cycle with the canary on and no image: refused after its preflight, before the drain.
+before=$(store_sum)
+rc=0
+ansible-playbook -i localhost, cycle.yml -e @"$work/vars.yml" -e '{"hypeman_vgpu_allowed_gpus": ["0000:82:00.0"]}' \
+  -e sr_iov_cycle_sriov_manage="$root/usr/lib/nvidia/sriov-manage" > "$work/cycle.log" 2>&1 || rc=$?
+cat "$work/cycle.log"
+[ "$rc" = 2 ] || { echo "FAIL: cycle exited $rc, expected 2"; exit 1; }
+has cycle "sr_iov_cycle_canary is on but sr_iov_cycle_canary_image (\"\")"
+has cycle "Refusing: nothing was drained or stopped."
+[ "$(store_sum)" = "$before" ]
+[ ! -e "$root/var/lib/hypeman-vgpu/recovery/0000:82:00.0.json" ]
+
+# 7. Cleanup alone, nothing left: no change.
 run cleanup 0 -e canary_action=cleanup
 has cleanup "ok: [localhost]"
