@@ -30,7 +30,14 @@ _CHUNK = 65536
 
 
 def api_get(base_url, path, token=None, validate_certs=True, timeout=10, ca_path=None):
-    """GET ``base_url + path`` and decode JSON. Never raises for HTTP or network trouble.
+    """GET ``base_url + path`` and decode JSON: :func:`api_request` with method GET."""
+    return api_request("GET", base_url, path, token, validate_certs, timeout, ca_path)
+
+
+def api_request(method, base_url, path, token=None, validate_certs=True, timeout=10, ca_path=None, body=None):
+    """``method`` ``base_url + path`` (with ``body`` sent as JSON) and decode the JSON answer.
+
+    Never raises for HTTP or network trouble.
 
     Returns ``{url, reachable, status, error, data}``: ``reachable`` is True
     when the server answered at all (even 401); ``error`` says what went wrong
@@ -41,22 +48,28 @@ def api_get(base_url, path, token=None, validate_certs=True, timeout=10, ca_path
     answers one byte at a time, or never ends its answer, is cut off after
     ``timeout`` seconds. An answer over :data:`RESPONSE_LIMIT` bytes, not
     JSON, or nested deeper than :data:`MAX_DEPTH` levels is an ``error``.
+    An empty answer to a method other than GET (``204 No Content``) has
+    ``data`` None. An HTTP error's ``error`` quotes hypeman's error body
+    (``{code, message}``) when it sent one; ``status`` tells a 404 from a
+    refusal.
     """
     url = base_url.rstrip("/") + path
     result = {"url": url, "reachable": False, "status": None, "error": None, "data": None}
     # The request runs in a daemon thread the caller stops waiting for at the deadline;
     # a thread still reading then ends with the process (its socket times out first).
-    worker = threading.Thread(target=_request, args=(result, url, token, validate_certs, timeout, ca_path),
+    payload = None if body is None else json.dumps(body, sort_keys=True).encode("utf-8")
+    worker = threading.Thread(target=_request, args=(result, method, url, token, validate_certs, timeout, ca_path,
+                                                     payload),
                               name="hypeman-api", daemon=True)
     worker.start()
     worker.join(timeout)
     if worker.is_alive():
         # A partial answer is no answer: the same words as a socket timeout.
-        return dict(result, data=None, error="GET %s: no answer within %s seconds" % (url, timeout))
+        return dict(result, data=None, error="%s %s: no answer within %s seconds" % (method, url, timeout))
     return result
 
 
-def _read_body(response, url):
+def _read_body(response, what):
     """The answer's body, refusing more than :data:`RESPONSE_LIMIT` bytes."""
     chunks, total = [], 0
     while True:
@@ -65,7 +78,7 @@ def _read_body(response, url):
             return b"".join(chunks)
         total += len(chunk)
         if total > RESPONSE_LIMIT:
-            raise _TooLarge("GET %s: the answer is larger than %d bytes; expected hypeman's JSON" % (url, RESPONSE_LIMIT))
+            raise _TooLarge("%s: the answer is larger than %d bytes; expected hypeman's JSON" % (what, RESPONSE_LIMIT))
         chunks.append(chunk)
 
 
@@ -88,52 +101,80 @@ def _depth_exceeds(value, limit):
     return False
 
 
-def _request(result, url, token, validate_certs, timeout, ca_path):
-    """Fill ``result`` (see :func:`api_get`) from one GET."""
+def _request(result, method, url, token, validate_certs, timeout, ca_path, payload=None):
+    """Fill ``result`` (see :func:`api_request`) from one request."""
+    what = "%s %s" % (method, url)
     headers = {"Accept": "application/json"}
     if token:
         headers["Authorization"] = "Bearer %s" % token
+    if payload is not None:
+        headers["Content-Type"] = "application/json"
     try:
-        response = open_url(url, method="GET", headers=headers, validate_certs=validate_certs,
+        response = open_url(url, method=method, headers=headers, validate_certs=validate_certs, data=payload,
                             timeout=timeout, ca_path=ca_path, follow_redirects="safe")
         result["status"] = response.getcode()
         result["reachable"] = True
-        body = _read_body(response, url)
+        body = _read_body(response, what)
     except _TooLarge as err:
         result["error"] = str(err)
         return
     except HTTPError as err:
         result["reachable"] = True
         result["status"] = err.code
-        hint = {401: " (check api_token)", 403: " (the token is not allowed to read this)"}.get(err.code, "")
-        result["error"] = "GET %s: HTTP %d %s%s" % (url, err.code, err.reason, hint)
+        hint = {401: " (check api_token)", 403: " (the token is not allowed to %s this)" % ("read" if method == "GET" else "do")}.get(err.code, "")
+        detail = _error_detail(err, what)
+        result["error"] = "%s: HTTP %d %s%s%s" % (what, err.code, err.reason, hint, detail)
         return
     except socket.timeout:
-        result["error"] = "GET %s: no answer within %s seconds" % (url, timeout)
+        result["error"] = "%s: no answer within %s seconds" % (what, timeout)
         return
     except URLError as err:
         reason = err.reason
         if isinstance(reason, socket.timeout):
-            result["error"] = "GET %s: no answer within %s seconds" % (url, timeout)
+            result["error"] = "%s: no answer within %s seconds" % (what, timeout)
         else:
-            result["error"] = "GET %s: %s" % (url, getattr(reason, "strerror", None) or reason)
+            result["error"] = "%s: %s" % (what, getattr(reason, "strerror", None) or reason)
         return
     except Exception as err:  # pylint: disable=broad-except  # ssl, http.client, ConnectionError
-        result["error"] = "GET %s: %s" % (url, err)
+        result["error"] = "%s: %s" % (what, err)
         return
+    if not body.strip() and method != "GET":
+        return  # 204 No Content (DELETE)
+    data, error = _decode(body, what)
+    result["data"], result["error"] = data, error
+
+
+def _decode(body, what):
+    """``(data, error)`` from an answer's bytes: JSON within :data:`MAX_DEPTH` levels."""
     try:
         data = json.loads(body.decode("utf-8"))
     except (ValueError, UnicodeDecodeError) as err:
-        result["error"] = "GET %s: response is not JSON: %s" % (url, err)
-        return
+        return None, "%s: response is not JSON: %s" % (what, err)
     except RecursionError:
-        result["error"] = "GET %s: response is JSON nested too deeply to decode; expected hypeman's JSON" % url
-        return
+        return None, "%s: response is JSON nested too deeply to decode; expected hypeman's JSON" % what
     if _depth_exceeds(data, MAX_DEPTH):
-        result["error"] = "GET %s: response is JSON nested deeper than %d levels; expected hypeman's JSON" % (
-            url, MAX_DEPTH)
-        return
-    result["data"] = data
+        return None, "%s: response is JSON nested deeper than %d levels; expected hypeman's JSON" % (what, MAX_DEPTH)
+    return data, None
+
+
+# hypeman's error body is {"code": ..., "message": ...}; more than this of it is not worth quoting.
+_ERROR_BODY_LIMIT = 64 * 1024
+_ERROR_MESSAGE_SHOWN = 500
+
+
+def _error_detail(err, what):
+    """``": <code>: <message>"`` from hypeman's error body, or ``""`` when there is none to read."""
+    try:
+        body = err.read(_ERROR_BODY_LIMIT)
+    except Exception:  # pylint: disable=broad-except  # a body that cannot be read adds nothing
+        return ""
+    if not body:
+        return ""
+    data, error = _decode(body, what)
+    if error or not isinstance(data, dict):
+        return ""
+    parts = [str(data[key])[:_ERROR_MESSAGE_SHOWN] for key in ("code", "message") if isinstance(data.get(key), str)]
+    return (": " + ": ".join(parts)) if parts else ""
 
 
 def api_instances(data):

@@ -20,7 +20,17 @@ Facts reproduced (``docs/hypeman-interface.md``):
 - §3.3 / §3.4: ``GET /instances`` lists readable metadata (unreadable ones are
   skipped, as hypeman's API does), ``gpu.device_path`` from ``GPUDevicePath``,
   ``state`` from liveness (PID alive, not a zombie, start time and boot id
-  match when recorded).
+  match when recorded);
+- §12: ``POST /instances`` (``CreateInstanceRequest``: ``name`` and ``image``
+  required, ``gpu.profile``, ``tags``, ``hypervisor``) places the vGPU as
+  hypeman's claim variant does (§2.1: the profile resolved through the union
+  of creatable types, quarantined VFs counted against their card, cards
+  ranked by fewest quarantined VFs, known usage, least framebuffer in use,
+  address; clean VFs first, a random one of the leading group) and answers
+  201 with the ``Instance``; ``DELETE /instances/{id}`` stops the VMM,
+  releases the vGPU, removes the instance's data and answers 204. The boot
+  itself (VMM, metadata, console, guest agent) is the simulated host's
+  (``host.ApiLauncher``); without a launcher both answer 501.
 
 Standard library only. Independent of the collection's module_utils on
 purpose (see ``store.py``).
@@ -33,6 +43,7 @@ import hashlib
 import hmac
 import json
 import os
+import random
 import re
 import sys
 import threading
@@ -271,6 +282,10 @@ def list_instances(data_dir, proc_root="/proc"):
             live = False
         item = {"id": meta.get("Id", name), "name": meta.get("Name", name),
                 "state": "Running" if live else "Stopped", "hypervisor": meta.get("HypervisorType")}
+        if meta.get("Image"):
+            item["image"] = meta["Image"]
+        if isinstance(meta.get("Tags"), dict):
+            item["tags"] = meta["Tags"]
         if meta.get("GPUProfile"):
             gpu = {"profile": meta["GPUProfile"]}
             if meta.get("GPUDevicePath"):
@@ -280,6 +295,98 @@ def list_instances(data_dir, proc_root="/proc"):
             item["gpu"] = gpu
         out.append(item)
     return out
+
+
+# ------------------------------------------------------------------ placement
+def claimed_profiles(data_dir):
+    """VF address -> claimed profile name, from every metadata with a ``GPUDevicePath`` (§2.1, §9)."""
+    guests = os.path.join(data_dir, "guests")
+    claims = {}
+    for name in sorted(os.listdir(guests)) if os.path.isdir(guests) else []:
+        try:
+            meta = json.loads(_read(os.path.join(guests, name, "metadata.json")))
+        except (IOError, OSError, ValueError):
+            return None  # hypeman's listing fails closed on unreadable metadata
+        if meta.get("GPUDevicePath"):
+            claims[os.path.basename(meta["GPUDevicePath"])] = meta.get("GPUProfile") or ""
+    return claims
+
+
+def choose_vf(vfs, claims, quarantined, profile, rng=random):
+    """hypeman's claim-variant VF selection (§2.1): ``(vf_address, None)`` or ``(None, refusal)``."""
+    union = {}
+    for vf in vfs:
+        for type_id, name in vf["creatable"]:
+            union.setdefault(name, type_id)
+    if not union:
+        return None, "no creatable vGPU profiles on any VF (GPUs at capacity or dirty VFs consuming framebuffer)"
+    if profile not in union:
+        return None, "profile %s is not creatable on any VF (unknown profile or insufficient capacity)" % (
+            json.dumps(profile))
+    type_id = union[profile]
+    usage, unknown, quarantined_by = {}, set(), {}
+    for vf in vfs:
+        if vf["address"] in claims:
+            claimed = claims[vf["address"]]
+            if claimed in union:
+                usage[vf["parent"]] = usage.get(vf["parent"], 0) + profile_framebuffer_mb(claimed)
+            else:
+                unknown.add(vf["parent"])
+    advertised_by = set(vf["parent"] for vf in vfs if type_id in [t for t, _n in vf["creatable"]])
+    free = {}
+    for vf in vfs:
+        if vf["address"] in quarantined:
+            quarantined_by[vf["parent"]] = quarantined_by.get(vf["parent"], 0) + 1
+            continue
+        if vf["address"] in claims:
+            continue
+        direct = type_id in [t for t, _n in vf["creatable"]]
+        dirty = vf["type"] != 0 and (vf["type"] == type_id or vf["parent"] in advertised_by)
+        if direct or dirty:
+            free.setdefault(vf["parent"], []).append(vf)
+    if not free:
+        return None, "no available VF for profile %s" % json.dumps(profile)
+    best = min(free, key=lambda gpu: (quarantined_by.get(gpu, 0), gpu in unknown, usage.get(gpu, 0), gpu))
+    ordered = sorted(free[best], key=lambda vf: (vf["type"] != 0, vf["address"]))
+    leading = [vf for vf in ordered if (vf["type"] != 0) == (ordered[0]["type"] != 0)]
+    return rng.choice(leading)["address"], None
+
+
+_NAME_RE = re.compile(r"^[a-z0-9]([a-z0-9-]*[a-z0-9])?$")
+_TAG_RE = re.compile(r"^[A-Za-z0-9 _.:/=+@-]*$")
+
+
+def new_instance_id(rng=random):
+    """A CUID2-shaped id: 24 lowercase letters and digits, starting with a letter."""
+    alphabet = "abcdefghijklmnopqrstuvwxyz0123456789"
+    return rng.choice(alphabet[:26]) + "".join(rng.choice(alphabet) for _index in range(23))
+
+
+def create_request_problem(body):
+    """hypeman's 400 answer for a ``CreateInstanceRequest`` it would refuse, or None."""
+    if not isinstance(body, dict):
+        return "request body must be a JSON object"
+    name, image = body.get("name"), body.get("image")
+    if not isinstance(name, str) or not name:
+        return "Missing required field: name"
+    if len(name) > 63 or not _NAME_RE.match(name):
+        return "name must be lowercase letters, digits and dashes, not starting or ending with a dash (max 63)"
+    if not isinstance(image, str) or not image:
+        return "Missing required field: image"
+    gpu = body.get("gpu")
+    if gpu is not None and (not isinstance(gpu, dict) or not isinstance(gpu.get("profile", ""), str)):
+        return "gpu must be an object with a string profile"
+    tags = body.get("tags")
+    if tags is not None:
+        if not isinstance(tags, dict) or len(tags) > 50:
+            return "tags must be an object of at most 50 entries"
+        for key, value in tags.items():
+            if not (1 <= len(key) <= 128 and _TAG_RE.match(key)) or not isinstance(value, str) \
+                    or len(value) > 256 or not _TAG_RE.match(value):
+                return "invalid tag %s" % json.dumps(key)
+    if body.get("hypervisor") not in (None, "cloud-hypervisor", "firecracker", "qemu", "qemu-microvm", "vz"):
+        return "invalid hypervisor %s" % json.dumps(body.get("hypervisor"))
+    return None
 
 
 # ------------------------------------------------------------------------ JWT
@@ -337,6 +444,59 @@ class HypemanAPI(object):
         # Loaded now, and never again once loaded: hypeman's startup read.
         self.store = VFHealthStore(os.path.join(self.data_dir, "gpu", "vf-health.json"),
                                    threshold=self.config["threshold"])
+        # Boots and deletes instances (tests/sim/host.py ApiLauncher); None: the two routes answer 501.
+        self.launcher = None
+        self.instances_lock = threading.Lock()  # hypeman's devices lock around placement and claim
+
+    def create_instance(self, body):
+        """``POST /instances``: ``(status, body)`` as hypeman answers."""
+        if self.launcher is None:
+            return 501, {"code": "not_implemented", "message": "this stand-in cannot boot instances"}
+        problem = create_request_problem(body)
+        if problem:
+            return 400, {"code": "bad_request", "message": problem}
+        profile = (body.get("gpu") or {}).get("profile") or None
+        with self.instances_lock:
+            if any(item["name"] == body["name"] for item in list_instances(self.data_dir, self.proc_root)):
+                return 409, {"code": "already_exists", "message": "instance name %s already exists" % body["name"]}
+            vf = None
+            if profile:
+                with self.lock:
+                    reason = self.store.unavailable_reason()
+                    quarantined = set(self.store.quarantined()) if reason is None else set()
+                if reason:
+                    return 409, {"code": "gpu_unavailable",
+                                 "message": "vGPU placement is disabled: VF health state unavailable: %s" % reason}
+                framework, vfs, error = discover(self.sysfs_root)
+                claims = claimed_profiles(self.data_dir)
+                if error or framework != "vendor-vfio":
+                    return 409, {"code": "gpu_unavailable", "message": error or "no vendor VFIO vGPU on this host"}
+                if claims is None:
+                    return 500, {"code": "internal_error", "message": "list instances for vGPU allocation failed"}
+                vf, refusal = choose_vf(vfs, claims, quarantined, profile)
+                if refusal:
+                    return 409, {"code": "gpu_unavailable", "message": refusal}
+            instance_id = new_instance_id()
+            extra = {"Image": body["image"], "Tags": dict(body.get("tags") or {})}
+            try:
+                self.launcher.boot(instance_id, vf, profile, body["name"], extra)
+            except Exception as err:  # pylint: disable=broad-except  # the stand-in reports, never dies
+                return 500, {"code": "internal_error", "message": "create instance: %s" % err}
+        for item in list_instances(self.data_dir, self.proc_root):
+            if item["id"] == instance_id:
+                item["created_at"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+                return 201, item
+        return 500, {"code": "internal_error", "message": "instance %s vanished after create" % instance_id}
+
+    def delete_instance(self, instance_id):
+        """``DELETE /instances/{id}``: ``(status, body or None)``."""
+        if self.launcher is None:
+            return 501, {"code": "not_implemented", "message": "this stand-in cannot delete instances"}
+        with self.instances_lock:
+            if not any(item["id"] == instance_id for item in list_instances(self.data_dir, self.proc_root)):
+                return 404, {"code": "not_found", "message": "instance not found"}
+            self.launcher.delete(instance_id)
+        return 204, None
 
     def resources(self):
         with self.lock:
@@ -367,9 +527,10 @@ def make_handler(api):
             sys.stderr.write("%s %s\n" % (self.address_string(), fmt % args))
 
         def _send(self, code, body):
-            data = json.dumps(body).encode("utf-8")
+            data = b"" if body is None else json.dumps(body).encode("utf-8")
             self.send_response(code)
-            self.send_header("Content-Type", "application/json")
+            if body is not None:
+                self.send_header("Content-Type", "application/json")
             self.send_header("Content-Length", str(len(data)))
             self.end_headers()
             self.wfile.write(data)
@@ -418,6 +579,16 @@ def make_handler(api):
                     return self._send(200, api.report(path.rsplit("/", 1)[1], body))
                 except StoreError as err:
                     return self._send(409, {"code": "vf_health_unavailable", "message": str(err)})
+            if path == "/instances":
+                return self._send(*api.create_instance(body))
+            return self._send(404, {"code": "not_found", "message": "no route"})
+
+        def do_DELETE(self):  # noqa: N802
+            path = self.path.split("?", 1)[0].rstrip("/")
+            if not self._authorized():
+                return None
+            if path.startswith("/instances/") and path.count("/") == 2:
+                return self._send(*api.delete_instance(path.split("/", 2)[2]))
             return self._send(404, {"code": "not_found", "message": "no route"})
 
     return Handler

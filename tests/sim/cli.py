@@ -195,6 +195,7 @@ def cmd_api(args):
     daemons.set_process_name("hypeman-api")
     server_api = api_mod.HypemanAPI(paths["config_path"], sysfs_root=paths["sysfs_root"],
                                     proc_root="/proc", data_dir=paths["data_dir"])
+    server_api.launcher = host.ApiLauncher(sim.root, era=args.era)
     info_path = os.path.join(sim.meta_dir, "api.json")
     metrics_server = None
     if args.era == "vsock" or args.metrics_port is not None:

@@ -52,6 +52,7 @@ import sys
 import time
 
 from . import guestlog, hosttree
+from . import sentinel as sim_sentinel
 
 DEFAULT_ROOT = "/srv/vgpu-sim"
 STATE_DIR = ".vgpu-sim"
@@ -323,8 +324,17 @@ class SimHost(object):
                 claims[os.path.basename(path)] = name
         return claims
 
-    def boot(self, instance_id, vf, profile=None, build="claimed", name=None, force=False):
-        """Create/start an instance on ``vf`` with a running VMM stand-in; returns its record."""
+    def boot(self, instance_id, vf, profile=None, build="claimed", name=None, force=False, era="markers",
+             extra_meta=None):
+        """Create/start an instance on ``vf`` with a running VMM stand-in; returns its record.
+
+        ``era``: which guest agent boots (§5.5): ``markers`` prints the
+        HYPEMAN-GPU-INIT markers, ``vsock`` prints its own lines and answers
+        the vsock sentinel (``sim-agent-gpu-init``). ``extra_meta``: more
+        metadata keys (``Image``, ``Tags``) as hypeman's create writes them.
+        """
+        if era not in ("markers", "vsock"):
+            raise SimError("era %r; expected markers or vsock" % (era,))
         vf = self._vf(vf)
         card = self.tree.cards[self.tree.vf_info[vf]["card"]]
         if card.framework != "vendor-vfio":
@@ -355,14 +365,19 @@ class SimHost(object):
         start_time = proc_start_time(pid)
         meta.update(HypervisorPID=pid, HypervisorStartTime=start_time, HypervisorBootID=real_boot_id(),
                     StartedAt=claimed_at, StoppedAt=None)
+        meta.update(extra_meta or {})
         _write_json_atomic(meta_path, meta)
         wedged = vf in self.state["wedged"]
         report_ns = boot_ns + 27 * 10 ** 9  # the guest's driver gives up ~27 s after spawn (§8)
         console = guestlog.noise(12, seed=len(instance_id), unix_ns=boot_ns)
         console += "%s[guest-agent] HYPEMAN-AGENT-READY ts=%s\n" % (
             guestlog.log_prefix(boot_ns), guestlog.rfc3339nano(boot_ns + 2 * 10 ** 9))
-        if wedged:
-            nvrm = "NVRM: GPU 0000:00:03.0: RmInitAdapter failed! (0x22:0x65:884)"
+        nvrm = "NVRM: GPU 0000:00:03.0: RmInitAdapter failed! (0x22:0x65:884)"
+        if era == "vsock":
+            # The vsock-era agent prints one line of its own and answers hypeman's sentinel over vsock.
+            console += guestlog.vsock_failed_line(report_ns, nvrm) if wedged else guestlog.vsock_ok_line(report_ns)
+            sim_sentinel.write_agent_state(idir, "failed" if wedged else "ok")
+        elif wedged:
             console += guestlog.report("failed", report_ns, nvrm=nvrm)
         else:
             console += guestlog.report("ok", report_ns)
@@ -403,6 +418,27 @@ class SimHost(object):
             os.unlink(record["socket"])
         record.update(pid=None, start_time=None, stopped=True, claim_kept=keep_claim)
         return record
+
+    def delete(self, instance_id):
+        """hypeman's delete: stop the VMM, release the vGPU, remove the instance's data. False when absent."""
+        idir = os.path.join(self.tree.data_dir, "guests", instance_id)
+        record = self.state["instances"].get(instance_id)
+        if record is not None and record.get("pid"):
+            self.stop(instance_id)
+        elif os.path.isfile(os.path.join(idir, "metadata.json")):
+            try:
+                with open(os.path.join(idir, "metadata.json")) as handle:
+                    vf = os.path.basename(json.load(handle).get("GPUDevicePath") or "")
+            except (IOError, OSError, ValueError, AttributeError):
+                vf = ""
+            if vf in self.tree.vf_info:
+                self.tree.set_current_type(vf, 0)
+        existed = os.path.isdir(idir) or record is not None
+        if os.path.isdir(idir):
+            hosttree._rmtree(idir)  # pylint: disable=protected-access
+        self.state["instances"].pop(instance_id, None)
+        self.tree.instances.pop(instance_id, None)
+        return existed
 
     # ------------------------------------------------------------ logs
     def app_log(self, instance_id):
@@ -524,6 +560,29 @@ class SimHost(object):
         if remove and os.path.isdir(self.root):
             hosttree._rmtree(self.root)
         return stopped
+
+
+class ApiLauncher(object):
+    """What the ``hypeman-api`` stand-in calls to boot and delete instances on this simulated host."""
+
+    def __init__(self, root, era="markers"):
+        import threading
+
+        self.root, self.era, self.lock = root, era, threading.Lock()
+
+    def boot(self, instance_id, vf, profile, name, extra_meta):
+        if vf is None:
+            raise SimError("the simulator boots only vGPU instances")
+        with self.lock:
+            sim = SimHost(self.root)
+            with sim.open():
+                return sim.boot(instance_id, vf, profile=profile, name=name, era=self.era, extra_meta=extra_meta)
+
+    def delete(self, instance_id):
+        with self.lock:
+            sim = SimHost(self.root)
+            with sim.open():
+                return sim.delete(instance_id)
 
 
 def terminate(pid, start_time=None, timeout=5.0):

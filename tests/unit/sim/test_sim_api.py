@@ -231,3 +231,36 @@ def test_invalid_store_at_start_fails_closed_then_recovers_without_restart(serve
     tree.write_store(_quarantine(card.vfs[3]))  # fixed on disk: retried on the next access
     gpu = srv.call("/resources")[1]["gpu"]
     assert "placement_disabled_reason" not in gpu and gpu["quarantined_slots"] == 1
+
+
+def test_choose_vf_follows_hypemans_ranking():
+    # docs/hypeman-interface.md §2.1: fewest quarantined VFs first, then known usage, least framebuffer,
+    # address; within the card clean VFs before dirty ones.
+    l1q = [(1, "NVIDIA L40S-1Q"), (2, "NVIDIA L40S-2Q")]
+
+    def vf(address, parent, current=0):
+        return {"address": address, "parent": parent, "type": current, "creatable": l1q}
+
+    a = [vf("0000:82:00.%d" % f, "0000:82:00.0") for f in (4, 5)]
+    b = [vf("0000:e3:00.%d" % f, "0000:e3:00.0") for f in (4, 5)]
+    pick = simapi.choose_vf
+    # Both empty: the lower address wins.
+    assert pick(a + b, {}, set(), "NVIDIA L40S-1Q")[0].startswith("0000:82:00.")
+    # A quarantined VF makes card a overflow-only.
+    assert pick(a + b, {}, {"0000:82:00.5"}, "NVIDIA L40S-1Q")[0].startswith("0000:e3:00.")
+    # Framebuffer in use: card a runs a 2Q, card b is empty.
+    assert pick(a + b, {"0000:82:00.4": "NVIDIA L40S-2Q"}, set(), "NVIDIA L40S-1Q")[0].startswith("0000:e3:00.")
+    # Clean VFs before a dirty (allocated, unclaimed) one on the winning card.
+    dirty = [vf("0000:82:00.4", "0000:82:00.0", current=1), vf("0000:82:00.5", "0000:82:00.0")]
+    assert all(pick(dirty, {}, set(), "NVIDIA L40S-1Q")[0] == "0000:82:00.5" for _index in range(10))
+    assert pick(a, {}, set(), "NVIDIA L40S-9Q") == (
+        None, 'profile "NVIDIA L40S-9Q" is not creatable on any VF (unknown profile or insufficient capacity)')
+    assert pick(a, {}, {"0000:82:00.4", "0000:82:00.5"}, "NVIDIA L40S-1Q") == (
+        None, 'no available VF for profile "NVIDIA L40S-1Q"')
+
+
+def test_create_request_problems():
+    assert simapi.create_request_problem({"name": "ok-1", "image": "x", "gpu": {"profile": "p"}}) is None
+    assert "name" in simapi.create_request_problem({"name": "Bad_Name", "image": "x"})
+    assert simapi.create_request_problem({"name": "a"}) == "Missing required field: image"
+    assert "tag" in simapi.create_request_problem({"name": "a", "image": "x", "tags": {"k": "bad\nvalue"}})
