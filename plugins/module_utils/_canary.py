@@ -22,7 +22,7 @@ import os
 import re
 import time
 
-from ansible_collections.hypeman.vgpu.plugins.module_utils import _api, _fileio, _sentinel
+from ansible_collections.hypeman.vgpu.plugins.module_utils import _fileio, _sentinel
 from ansible_collections.hypeman.vgpu.plugins.module_utils._errors import VgpuError
 
 TAG_KEY = "hypeman.vgpu/canary"
@@ -121,6 +121,7 @@ class Client(object):
         self.base_url, self.token, self.validate_certs, self.timeout = base_url, token, validate_certs, timeout
 
     def _call(self, method, path, body=None):
+        from ansible_collections.hypeman.vgpu.plugins.module_utils import _api  # lazy: it loads the HTTP client
         return _api.api_request(method, self.base_url, path, self.token, self.validate_certs, self.timeout,
                                 body=body)
 
@@ -128,6 +129,7 @@ class Client(object):
         answer = self._call("GET", "/instances")
         if answer["error"]:
             raise VgpuError("cannot list hypeman's instances: %s" % answer["error"])
+        from ansible_collections.hypeman.vgpu.plugins.module_utils import _api  # lazy: it loads the HTTP client
         listed = _api.api_instances(answer["data"])
         if listed is None:
             raise VgpuError("GET %s: expected a JSON list of instances" % answer["url"])

@@ -34,6 +34,7 @@ LAYERED = {
     "_audit": {"_api", "_hypeman", "_ledger", "_metrics", "_placement", "_proc", "_sentinel", "_sentinel_mode",
                "_store", "_store_write", "_sysfs", "_wedge"},
     "_busy": {"_hypeman", "_proc", "_sriov", "_sysfs"},
+    "_canary": {"_api", "_sentinel"},
     "_cmd": set(),
     "_gojson": {"_govalues"},
     "_govalues": set(),
