@@ -39,6 +39,7 @@ LAYERED = {
     "_govalues": set(),
     "_hypeman": {"_pci", "_proc"},
     "_ledger": {"_safedir"},
+    "_marker": {"_safedir"},
     "_metrics": set(),
     "_module": set(),
     "_pci": set(),
