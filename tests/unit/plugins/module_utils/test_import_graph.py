@@ -53,7 +53,7 @@ LAYERED = {
     "_store": {"_gojson", "_govalues", "_pci"},
     "_store_write": {"_pci", "_safedir", "_store"},
     "_sysfs": {"_govalues", "_pci"},
-    "_wedge": {"_cmd", "_ledger", "_pci"},
+    "_wedge": {"_cmd", "_hypeman", "_ledger", "_sysfs"},
 }
 
 ALLOWED = dict((name, set(FOUNDATION)) for name in LAYERED)
