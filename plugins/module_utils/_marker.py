@@ -47,10 +47,10 @@ STATE_DIR_MODE = 0o700  # as the ledger creates a missing state dir
 def name_problem(name):
     """Why ``name`` is not a marker name (words to follow it), or None."""
     if not isinstance(name, str):
-        return "is %s; expected one of %s" % (type(name).__name__, ", ".join(form for form, _ in NAME_FORMS))
+        return "is %s; expected one of %s" % (type(name).__name__, ", ".join(form for form, _pattern in NAME_FORMS))
     if any(pattern.match(name) for _form, pattern in NAME_FORMS) and ".." not in name:
         return None
-    return "%r is not a marker name; expected one of %s" % (name[:80], ", ".join(form for form, _ in NAME_FORMS))
+    return "%r is not a marker name; expected one of %s" % (name[:80], ", ".join(form for form, _pattern in NAME_FORMS))
 
 
 def check_name(name):
