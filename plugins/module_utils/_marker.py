@@ -36,6 +36,7 @@ NAME_FORMS = (
     ("dcgm-quiesce.json", re.compile(r"dcgm-quiesce\.json\Z")),
     ("store-edit/<unit>.stopped", re.compile(r"store-edit/(%s)\.stopped\Z" % _UNIT)),
 )
+_FORMS_TEXT = ", ".join(form for form, _pattern in NAME_FORMS)
 LOCK_NAME = ".markers.lock"
 # A marker holds a few fields; anything bigger is not one of ours.
 MARKER_MAX = 64 * 1024
@@ -47,10 +48,10 @@ STATE_DIR_MODE = 0o700  # as the ledger creates a missing state dir
 def name_problem(name):
     """Why ``name`` is not a marker name (words to follow it), or None."""
     if not isinstance(name, str):
-        return "is %s; expected one of %s" % (type(name).__name__, ", ".join(form for form, _pattern in NAME_FORMS))
+        return "is %s; expected one of %s" % (type(name).__name__, _FORMS_TEXT)
     if any(pattern.match(name) for _form, pattern in NAME_FORMS) and ".." not in name:
         return None
-    return "%r is not a marker name; expected one of %s" % (name[:80], ", ".join(form for form, _pattern in NAME_FORMS))
+    return "%r is not a marker name; expected one of %s" % (name[:80], _FORMS_TEXT)
 
 
 def check_name(name):
