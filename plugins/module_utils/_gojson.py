@@ -113,18 +113,11 @@ def check_valid(data):
                 return
             expect = "key" if state == "key" else "value"
             continue
-        if c == 0x7B:  # '{'
+        if c == 0x7B or c == 0x5B:  # '{' or '['
             if len(stack) >= _MAX_DEPTH:
                 raise _syntax(c, "exceeded max depth")
-            stack.append("k")
-            expect = "key_or_empty"
-            i += 1
-            continue
-        if c == 0x5B:  # '['
-            if len(stack) >= _MAX_DEPTH:
-                raise _syntax(c, "exceeded max depth")
-            stack.append("a")
-            expect = "value_or_empty"
+            stack.append("k" if c == 0x7B else "a")
+            expect = "key_or_empty" if c == 0x7B else "value_or_empty"
             i += 1
             continue
         if c == 0x22:

@@ -19,7 +19,7 @@ import re
 from ansible_collections.hypeman.vgpu.plugins.module_utils import _gotime, _proc
 from ansible_collections.hypeman.vgpu.plugins.module_utils._errors import VgpuError
 from ansible_collections.hypeman.vgpu.plugins.module_utils._fileio import is_within, read_bytes, read_bytes_within
-from ansible_collections.hypeman.vgpu.plugins.module_utils._pci import normalize_address
+from ansible_collections.hypeman.vgpu.plugins.module_utils._pci import address_or_none
 
 DEFAULT_QUARANTINE_THRESHOLD = 2  # hypeman's defaultVFQuarantineThreshold
 # hypeman's config and an instance's metadata are a few KiB; anything past these caps is not theirs.
@@ -252,29 +252,37 @@ def _pci_basename(device_path):
     """Normalised VF address from a ``GPUDevicePath`` basename, or None when it is not one."""
     if not device_path:
         return None
-    try:
-        return normalize_address(os.path.basename(device_path.rstrip("/")))
-    except (VgpuError, ValueError, TypeError, AttributeError):
-        return None
+    return address_or_none(os.path.basename(device_path.rstrip("/")))
+
+
+def device_path_vf(device_path, vf_of_mdev):
+    """The VF a hypeman device path names, or None: the one rule for metadata and log lines.
+
+    vendor-VFIO: the path's basename is the VF's PCI address
+    (``/sys/bus/pci/devices/<vf>``). mdev: the basename is the mdev's UUID
+    (``/sys/bus/mdev/devices/<uuid>``, docs/hypeman-interface.md §3.2) and the
+    VF is the one carrying it. ``vf_of_mdev``: mdev UUID -> VF address or None
+    (e.g. ``dict.get``, or :func:`_sysfs.mdev_vf` for one UUID).
+    """
+    vf = _pci_basename(device_path)
+    if vf or not device_path:
+        return vf
+    uuid = os.path.basename(device_path.rstrip("/"))
+    return (vf_of_mdev(uuid) or None) if uuid else None
 
 
 def instance_vf(inst, vf_of_mdev):
     """The VF an instance's metadata names, or None: the one rule every module uses.
 
-    vendor-VFIO: the basename of ``GPUDevicePath`` (``vf_address``). mdev: the
-    VF carrying the mdev named by ``GPUMdevUUID``, else by the basename of
-    ``GPUDevicePath`` (``/sys/bus/mdev/devices/<uuid>``, docs/hypeman-interface.md
-    §3.2), so metadata with an empty ``GPUMdevUUID`` still names its VF.
+    The VF carrying the mdev named by ``GPUMdevUUID`` when there is one, else
+    what ``GPUDevicePath`` names (:func:`device_path_vf`), so mdev metadata with
+    an empty ``GPUMdevUUID`` still names its VF.
     ``vf_of_mdev``: mdev UUID -> VF address or None (e.g. ``dict.get``).
     """
     if inst.get("vf_address"):
         return inst["vf_address"]
-    device_path = inst.get("device_path")
-    for uuid in (inst.get("mdev_uuid"), os.path.basename(device_path.rstrip("/")) if device_path else None):
-        vf = vf_of_mdev(uuid) if uuid else None
-        if vf:
-            return vf
-    return None
+    vf = vf_of_mdev(inst["mdev_uuid"]) if inst.get("mdev_uuid") else None
+    return vf or device_path_vf(inst.get("device_path"), vf_of_mdev)
 
 
 def instance_from_metadata(meta, metadata_path):

@@ -42,11 +42,16 @@ def normalize_address(text, what="VF", example="0000:82:00.4"):
     return "%s:%s:%s.%s" % (domain, match.group("bus").lower(), match.group("dev").lower(), match.group("fn"))
 
 
+def address_or_none(text):
+    """Normalised PCI address of ``text`` (any value), or None when it is not one."""
+    try:
+        return normalize_address(text)
+    except (VgpuError, ValueError, TypeError, AttributeError):
+        return None
+
+
 def canonical_address(name):
     """Normalised PCI address of a sysfs entry name, or the name itself if it is none."""
     if _CANONICAL_NAME_RE.match(name):
         return name  # already canonical: the common case, kept cheap for big hosts
-    try:
-        return normalize_address(name)
-    except (VgpuError, ValueError, TypeError, AttributeError):
-        return name
+    return address_or_none(name) or name

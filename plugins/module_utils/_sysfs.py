@@ -328,16 +328,31 @@ def list_mdevs(sysfs_root):
         if mdev_type is None:
             continue
         try:
-            parts = os.readlink(os.path.join(base, uuid)).split("/")
+            target = os.readlink(os.path.join(base, uuid))
         except (OSError, IOError):
             continue
-        vf = None
-        for index, part in enumerate(parts):
-            if part.startswith("0000:") and index + 1 < len(parts) and parts[index + 1] == uuid:
-                vf = canonical_address(part)
-                break
-        mdevs.append({"uuid": uuid, "vf": vf, "type": mdev_type})
+        mdevs.append({"uuid": uuid, "vf": _vf_of_mdev_link(target, uuid), "type": mdev_type})
     return mdevs
+
+
+def _vf_of_mdev_link(target, uuid):
+    """The VF in the target of ``bus/mdev/devices/<uuid>`` (``.../<vf>/<uuid>``), or None."""
+    parts = target.split("/")
+    for index, part in enumerate(parts):
+        if part.startswith("0000:") and index + 1 < len(parts) and parts[index + 1] == uuid:
+            return canonical_address(part)
+    return None
+
+
+def mdev_vf(sysfs_root, uuid):
+    """The VF carrying the mdev ``uuid`` (from its ``bus/mdev/devices`` link), or None when there is none."""
+    if not isinstance(uuid, str) or not uuid or "/" in uuid or uuid in (".", ".."):
+        return None
+    try:
+        target = os.readlink(os.path.join(sysfs_root, "bus", "mdev", "devices", uuid))
+    except (OSError, ValueError):  # ValueError: a NUL byte (a log line may carry anything)
+        return None
+    return _vf_of_mdev_link(target, uuid)
 
 
 def _discover_mdev(sysfs_root, result):

@@ -33,12 +33,13 @@ or a hang.
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import re
 import time
 
-from ansible_collections.hypeman.vgpu.plugins.module_utils import _cmd, _gotime, _pci
+from ansible_collections.hypeman.vgpu.plugins.module_utils import _cmd, _gotime, _hypeman, _sysfs
 from ansible_collections.hypeman.vgpu.plugins.module_utils._errors import VgpuError
 from ansible_collections.hypeman.vgpu.plugins.module_utils._fileio import open_regular, read_bytes
 
@@ -375,26 +376,6 @@ def _read_source(options, kind, since_ns, now_ns, boot_ns):
 # --- attribution -----------------------------------------------------------------------------
 
 
-def _vf_of_device_path(device_path, sysfs_root):
-    """The VF address a ``device_path`` names: a PCI path's basename, or an mdev's parent VF."""
-    if not device_path:
-        return None
-    base = os.path.basename(device_path.rstrip("/"))
-    try:
-        return _pci.normalize_address(base)
-    except (VgpuError, ValueError, TypeError, AttributeError):
-        pass
-    if "/mdev/devices/" in device_path:
-        # /sys/bus/mdev/devices/<uuid> links to .../<vf>/<uuid>: the VF is the link target's parent.
-        link = os.path.join(sysfs_root, "bus", "mdev", "devices", base)
-        try:
-            parent = os.path.basename(os.path.dirname(os.readlink(link)))
-            return _pci.normalize_address(parent)
-        except (OSError, VgpuError, ValueError):
-            return None
-    return None
-
-
 def _claim_ns(inst):
     return _rfc3339_ns(inst["assigned_at"]) if inst.get("assigned_at") else None
 
@@ -418,7 +399,7 @@ def attribute(signals, instances, vf_parents, cleared_ns, sysfs_root, boot_id, b
         stamp = signal["time_ns"]
         vf, instance_id, why = None, signal.get("instance_id"), None
         if signal["reason"] == REASON_WEDGE_LOG:
-            vf = _vf_of_device_path(signal.get("device_path"), sysfs_root)
+            vf = _hypeman.device_path_vf(signal.get("device_path"), functools.partial(_sysfs.mdev_vf, sysfs_root))
             if vf is None and instance_id in by_id:
                 vf = by_id[instance_id].get("vf_address")
             if vf is None:

@@ -4,14 +4,18 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import os
+import re
 
 import pytest
+from hypothesis import given, strategies as st
 
 from ansible_collections.hypeman.vgpu.plugins.module_utils import _api, _hypeman
 from ansible_collections.hypeman.vgpu.plugins.module_utils._errors import VgpuError
 from ansible_collections.hypeman.vgpu.tests.sim.hosttree import HostTree
+from ansible_collections.hypeman.vgpu.tests.unit.hostile import property_settings
 from ansible_collections.hypeman.vgpu.tests.unit.plugins.module_utils.api_stub import ApiStub, closed_port_url
 
 
@@ -254,3 +258,39 @@ def test_api_instances_shapes():
 ])
 def test_instance_vf_is_one_rule_for_pci_and_mdev_claims(inst, expected):
     assert _hypeman.instance_vf(inst, {"u-1": "0000:82:00.5"}.get) == expected
+
+
+# --- device path -> VF: the one rule for instance metadata and hypeman's log lines -------------
+
+
+def _mdev_tree(tmp_path, uuid="9a8b7c6d-0000-4000-8000-000000000001", vf="0000:82:00.4"):
+    devices = tmp_path / "sys" / "bus" / "mdev" / "devices"
+    devices.mkdir(parents=True)
+    os.symlink("../../../devices/pci0000:80/0000:80:01.0/%s/%s" % (vf, uuid), str(devices / uuid))
+    return str(tmp_path / "sys"), uuid
+
+
+def test_device_path_vf_pci_and_mdev(tmp_path):
+    from ansible_collections.hypeman.vgpu.plugins.module_utils import _sysfs
+
+    sysfs_root, uuid = _mdev_tree(tmp_path)
+    of_mdev = functools.partial(_sysfs.mdev_vf, sysfs_root)
+    assert _hypeman.device_path_vf("/sys/bus/pci/devices/0000:82:00.5", of_mdev) == "0000:82:00.5"
+    assert _hypeman.device_path_vf("/sys/bus/pci/devices/82:00.5/", of_mdev) == "0000:82:00.5"
+    assert _hypeman.device_path_vf("/sys/bus/mdev/devices/" + uuid, of_mdev) == "0000:82:00.4"
+    assert _hypeman.device_path_vf("/sys/bus/mdev/devices/unknown-uuid", of_mdev) is None
+    assert _hypeman.device_path_vf(None, of_mdev) is None
+    # instance_vf: the mdev UUID first, then the same device path rule.
+    inst = {"vf_address": None, "mdev_uuid": None, "device_path": "/sys/bus/mdev/devices/" + uuid}
+    assert _hypeman.instance_vf(inst, of_mdev) == "0000:82:00.4"
+
+
+@given(device_path=st.one_of(st.none(), st.text(max_size=80),
+                             st.builds(lambda s: "/sys/bus/mdev/devices/" + s, st.text(max_size=40))))
+@property_settings(80)
+def test_device_path_vf_never_raises(tmp_path_factory, device_path):
+    from ansible_collections.hypeman.vgpu.plugins.module_utils import _sysfs
+
+    sysfs_root, _uuid = _mdev_tree(tmp_path_factory.mktemp("mdev"))
+    vf = _hypeman.device_path_vf(device_path, functools.partial(_sysfs.mdev_vf, sysfs_root))
+    assert vf is None or re.match(r"^[0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]$", vf)

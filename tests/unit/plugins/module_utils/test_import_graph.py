@@ -40,6 +40,7 @@ LAYERED = {
     "_govalues": set(),
     "_hypeman": {"_pci", "_proc"},
     "_ledger": {"_safedir"},
+    "_marker": {"_safedir"},
     "_metrics": set(),
     "_module": set(),
     "_pci": set(),
@@ -53,7 +54,7 @@ LAYERED = {
     "_store": {"_gojson", "_govalues", "_pci"},
     "_store_write": {"_pci", "_safedir", "_store"},
     "_sysfs": {"_govalues", "_pci"},
-    "_wedge": {"_cmd", "_ledger", "_pci"},
+    "_wedge": {"_cmd", "_hypeman", "_ledger", "_sysfs"},
 }
 
 ALLOWED = dict((name, set(FOUNDATION)) for name in LAYERED)

@@ -46,7 +46,7 @@ from ansible.module_utils.common import warnings as ansible_warnings
 
 from ansible_collections.hypeman.vgpu.plugins.module_utils import _fileio, _hypeman, _sysfs
 from ansible_collections.hypeman.vgpu.plugins.modules import (
-    gpu_holders_info, gpu_sriov, host_audit_info, vf_health, vf_health_info, vgpu_instance_info,
+    gpu_holders_info, gpu_sriov, host_audit_info, run_marker, vf_health, vf_health_info, vgpu_instance_info,
     vgpu_placement_info, vgpu_sentinel_scan)
 from ansible_collections.hypeman.vgpu.tests.sim import guestlog
 from ansible_collections.hypeman.vgpu.tests.sim.hosttree import HostTree
@@ -71,7 +71,7 @@ MODULES = {
     "vf_health": vf_health.main, "vf_health_info": vf_health_info.main,
     "vgpu_placement_info": vgpu_placement_info.main, "vgpu_instance_info": vgpu_instance_info.main,
     "gpu_holders_info": gpu_holders_info.main, "vgpu_sentinel_scan": vgpu_sentinel_scan.main,
-    "gpu_sriov": gpu_sriov.main, "host_audit_info": host_audit_info.main,
+    "gpu_sriov": gpu_sriov.main, "host_audit_info": host_audit_info.main, "run_marker": run_marker.main,
 }
 CARD = "0000:82:00.0"
 PROFILE_NAME = "NVIDIA L40S-2Q"
@@ -231,6 +231,10 @@ class Host(object):
             args["prerequisites"] = True
         elif name == "vgpu_sentinel_scan":
             args["record"] = draw_state([True, False])
+        elif name == "run_marker":
+            args.update(name="recovery/%s.json" % CARD, state=draw_state(["present", "absent", "read"]))
+            if args["state"] == "present":
+                args["content"] = {"gpu": CARD, "step": "drained"}
         if name in ("vgpu_placement_info", "vgpu_instance_info", "host_audit_info"):
             args.update(api_url=self.api.url, api_timeout=5)
         return args
@@ -288,7 +292,7 @@ HOSTILE_VALUES = st.one_of(
 
 
 # Modules that write unless in check mode: a drawn absolute path ("/x") must never be written to.
-WRITERS = ("vf_health", "gpu_sriov", "vgpu_sentinel_scan")
+WRITERS = ("vf_health", "gpu_sriov", "vgpu_sentinel_scan", "run_marker")
 
 
 @st.composite

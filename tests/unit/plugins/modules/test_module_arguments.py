@@ -19,7 +19,7 @@ from ansible.module_utils import basic
 from ansible_collections.hypeman.vgpu.plugins.module_utils import _placement
 from ansible_collections.hypeman.vgpu.plugins.modules import (
     gpu_holders_info, gpu_sriov, host_audit_info, vf_health, vf_health_info, vgpu_instance_info,
-    vgpu_placement_info, vgpu_sentinel_scan)
+    run_marker, vgpu_placement_info, vgpu_sentinel_scan)
 from ansible_collections.hypeman.vgpu.tests.unit.plugins.modules.module_results import argument_spec, run_module
 
 # Each module with the arguments it requires.
@@ -32,6 +32,7 @@ MODULES = {
     "vgpu_sentinel_scan": (vgpu_sentinel_scan.main, {}),
     "gpu_sriov": (gpu_sriov.main, {"pci_address": "0000:82:00.0"}),
     "host_audit_info": (host_audit_info.main, {}),
+    "run_marker": (run_marker.main, {"name": "dcgm-quiesce.json", "state": "read"}),
 }
 
 BAD_PATHS = [
