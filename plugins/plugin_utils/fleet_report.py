@@ -819,4 +819,3 @@ def delete_history_records(history_dir, expired):
             continue
         deleted.append(path)
     return deleted
-
