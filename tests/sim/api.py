@@ -360,7 +360,6 @@ class HypemanAPI(object):
             cleared, rescinded = self.store.report_success(vf, instance_id, assigned_at)
             return {"cleared": cleared, "rescinded": rescinded}
 
-
     def terminate_then_kill(self, instance_id, out=None):
         """hypeman's stop of a VFIO instance's hypervisor (§8.1 ``terminateThenKill``), for real processes.
 

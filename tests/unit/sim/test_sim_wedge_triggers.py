@@ -141,6 +141,15 @@ def test_the_cli_drives_a_live_hard_kill_through_the_running_api(vsock_host, tmp
             time.sleep(0.05)
         with open(info) as handle:
             assert json.load(handle)["era"] == "vsock"  # the host's era, untold
+        agent_file = os.path.join(vsock_host.root, "var/lib/hypeman/guests/inst-a", sim_sentinel.AGENT_STATE_FILE)
+        done = subprocess.run(base + ["agent", "inst-a", "--state", "unsupported"], env=env, capture_output=True,
+                              text=True, timeout=60, check=False)
+        assert done.returncode == 0, done.stderr
+        with open(agent_file) as handle:
+            assert handle.read().strip() == "unsupported"
+        missing = subprocess.run(base + ["agent", "inst-zz", "--state", "ok"], env=env, capture_output=True,
+                                 text=True, timeout=60, check=False)
+        assert missing.returncode == 1 and "no instance inst-zz" in missing.stderr
         done = subprocess.run(base + ["hard-kill", "inst-a"], env=env, capture_output=True, text=True, timeout=60,
                               check=False)
         assert done.returncode == 0, done.stderr

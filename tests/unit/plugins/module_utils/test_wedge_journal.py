@@ -56,8 +56,8 @@ def test_journalctl_is_found_on_path_and_asked_for_the_unit_and_the_kernel(tmp_p
     assert _wedge.Options().journalctl == fake_journalctl.path
     section = _collect(tmp_path)
     assert fake_journalctl.calls() == [_expected_argv("--unit=hypeman.service"), _expected_argv("--dmesg")]
-    assert section["complete"] and [s["from"] for s in section["sources"]] == ["journal (hypeman.service)",
-                                                                                  "journal (kernel)"]
+    sources = [s["from"] for s in section["sources"]]
+    assert section["complete"] and sources == ["journal (hypeman.service)", "journal (kernel)"]
     assert section["at_risk_vfs"] == [] and [s["lines"] for s in section["sources"]] == [0, 0]
 
 
