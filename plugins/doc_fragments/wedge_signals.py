@@ -38,8 +38,8 @@ options:
   journalctl_path:
     description:
       - C(journalctl), used for the journal sources (current boot, newest 50,000 entries, 60 s at most each).
+      - Defaults to the C(journalctl) found on the module's C(PATH), else C(/usr/bin/journalctl).
     type: path
-    default: /usr/bin/journalctl
   wedge_window_hours:
     description:
       - How far back signals count, in hours (1 to 87600).

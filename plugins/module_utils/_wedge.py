@@ -37,6 +37,7 @@ import functools
 import json
 import os
 import re
+import shutil
 import time
 
 from ansible_collections.hypeman.vgpu.plugins.module_utils import _cmd, _gotime, _hypeman, _sysfs
@@ -240,12 +241,19 @@ def _journal_message(entry):
     return message, stamp
 
 
-def read_journal(journalctl, selector, since_ns, timeout=JOURNAL_TIMEOUT, entries=JOURNAL_ENTRIES):
+def find_journalctl():
+    """``journalctl`` on the module's PATH, else where systemd installs it."""
+    return shutil.which("journalctl") or DEFAULT_JOURNALCTL
+
+
+def read_journal(journalctl, selector, since_ns, timeout=None, entries=JOURNAL_ENTRIES):
     """``(messages, truncated)`` from ``journalctl <selector> -b 0`` since ``since_ns``, newest first.
 
     ``messages`` are ``(text, realtime_ns)``. Raises VgpuError naming the
-    command when it cannot run, times out or fails.
+    command when it cannot run, times out (``timeout``, default
+    :data:`JOURNAL_TIMEOUT` seconds) or fails.
     """
+    timeout = JOURNAL_TIMEOUT if timeout is None else timeout
     argv = [journalctl] + list(selector) + [
         "--boot=0", "--since=@%d" % max(since_ns // 1000000000, 0), "--output=json", "--reverse",
         "--lines=%d" % entries, "--no-pager", "--quiet", "--output-fields=MESSAGE,__REALTIME_TIMESTAMP"]
@@ -297,12 +305,12 @@ class Options(object):
     """Where the signals are read from (module options ``wedge_*``)."""
 
     def __init__(self, enabled=True, hypeman_log=None, kernel_log=None, unit=DEFAULT_UNIT,
-                 journalctl=DEFAULT_JOURNALCTL, window_hours=DEFAULT_WINDOW_HOURS):
+                 journalctl=None, window_hours=DEFAULT_WINDOW_HOURS):
         self.enabled = enabled
         self.hypeman_log = hypeman_log
         self.kernel_log = kernel_log
         self.unit = unit or DEFAULT_UNIT
-        self.journalctl = journalctl or DEFAULT_JOURNALCTL
+        self.journalctl = journalctl or find_journalctl()
         self.window_hours = DEFAULT_WINDOW_HOURS if window_hours is None else window_hours
 
     @classmethod
@@ -325,7 +333,7 @@ ARGUMENT_SPEC = {
     "hypeman_log_path": dict(type="path"),
     "kernel_log_path": dict(type="path"),
     "hypeman_unit": dict(type="str", default=DEFAULT_UNIT),
-    "journalctl_path": dict(type="path", default=DEFAULT_JOURNALCTL),
+    "journalctl_path": dict(type="path"),
     "wedge_window_hours": dict(type="int", default=DEFAULT_WINDOW_HOURS),
 }
 

@@ -45,12 +45,14 @@ import json
 import os
 import random
 import re
+import signal
 import sys
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 from . import metrics as sim_metrics
+from .hosttree import vf_may_wedge_line
 from .store import DEFAULT_THRESHOLD, StoreError, VFHealthStore
 
 _TYPE_LINE = re.compile(r"^\s*(\S[^:]*?)\s*:\s*(.*?)\s*$")
@@ -433,8 +435,9 @@ def check_token(secret, token, now=None):
 class HypemanAPI(object):
     """State of one running stand-in: config, the in-memory store, paths."""
 
-    def __init__(self, config_path, sysfs_root="/sys", proc_root="/proc", data_dir=None):
+    def __init__(self, config_path, sysfs_root="/sys", proc_root="/proc", data_dir=None, vfio_term_grace=5.0):
         self.config = read_config(config_path)
+        self.vfio_term_grace = vfio_term_grace  # lib/hypervisor VFIOTermGrace (§8.1)
         self.data_dir = data_dir or self.config["data_dir"]
         self.sysfs_root = sysfs_root
         self.proc_root = proc_root
@@ -517,6 +520,32 @@ class HypemanAPI(object):
             cleared, rescinded = self.store.report_success(vf, instance_id, assigned_at)
             return {"cleared": cleared, "rescinded": rescinded}
 
+    def terminate_then_kill(self, instance_id, out=None):
+        """hypeman's stop of a VFIO instance's hypervisor (§8.1 ``terminateThenKill``), for real processes.
+
+        SIGTERM, up to ``vfio_term_grace`` seconds for it to go, then the WARN
+        line (slog JSON on stdout: the journal of hypeman.service) and SIGKILL.
+        """
+        out = sys.stdout if out is None else out
+        with open(os.path.join(self.data_dir, "guests", instance_id, "metadata.json")) as handle:
+            meta = json.load(handle)
+        pid, start = meta.get("HypervisorPID"), meta.get("HypervisorStartTime") or 0
+        if not (isinstance(pid, int) and pid > 0 and process_alive(self.proc_root, pid, start)):
+            return {"hard_killed": False, "reason": "no running hypervisor"}
+        os.kill(pid, signal.SIGTERM)
+        deadline = time.time() + self.vfio_term_grace
+        while time.time() < deadline:
+            if not process_alive(self.proc_root, pid, start):
+                return {"hard_killed": False, "reason": "exited on SIGTERM"}
+            time.sleep(0.05)
+        out.write(vf_may_wedge_line(instance_id, meta.get("GPUDevicePath") or "", time.time_ns()) + "\n")
+        out.flush()
+        os.kill(pid, signal.SIGKILL)
+        deadline = time.time() + 10
+        while process_alive(self.proc_root, pid, start) and time.time() < deadline:
+            time.sleep(0.02)
+        return {"hard_killed": True, "grace_s": self.vfio_term_grace}
+
 
 def make_handler(api):
     class Handler(BaseHTTPRequestHandler):
@@ -581,6 +610,13 @@ def make_handler(api):
                     return self._send(409, {"code": "vf_health_unavailable", "message": str(err)})
             if path == "/instances":
                 return self._send(*api.create_instance(body))
+            # Test-only: hypeman's stop path for one instance's hypervisor (the hard kill and its log line).
+            match = re.match(r"^/_sim/instances/([A-Za-z0-9_.-]{1,128})/terminate$", path)
+            if match:
+                try:
+                    return self._send(200, api.terminate_then_kill(match.group(1)))
+                except (OSError, ValueError) as err:
+                    return self._send(404, {"code": "not_found", "message": str(err)})
             return self._send(404, {"code": "not_found", "message": "no route"})
 
         def do_DELETE(self):  # noqa: N802

@@ -192,25 +192,27 @@ def cmd_api(args):
     sim = SimHost(args.root)
     with sim.open(write=False):
         paths = sim.paths()
+        era = args.era or sim.era  # the host's era unless told
     daemons.set_process_name("hypeman-api")
     server_api = api_mod.HypemanAPI(paths["config_path"], sysfs_root=paths["sysfs_root"],
-                                    proc_root="/proc", data_dir=paths["data_dir"])
-    server_api.launcher = host.ApiLauncher(sim.root, era=args.era)
+                                    proc_root="/proc", data_dir=paths["data_dir"],
+                                    vfio_term_grace=args.vfio_term_grace)
+    server_api.launcher = host.ApiLauncher(sim.root, era=era)
     info_path = os.path.join(sim.meta_dir, "api.json")
     metrics_server = None
-    if args.era == "vsock" or args.metrics_port is not None:
+    if era == "vsock" or args.metrics_port is not None:
         # Current hypeman: /metrics always served; the vsock sentinel polls guests and records itself.
         counters = sim_metrics.SentinelCounters()
         metrics_server = api_mod.serve_metrics(server_api, counters, listen="127.0.0.1",
                                                port=9464 if args.metrics_port is None else args.metrics_port,
-                                               vsock=args.era == "vsock")
-        if args.era == "vsock":
+                                               vsock=era == "vsock")
+        if era == "vsock":
             sim_sentinel.VsockSentinel(server_api, counters, interval=args.sentinel_interval).start()
 
     def ready(server):
         port = server.server_address[1]
         with open(info_path + ".tmp", "w") as handle:
-            json.dump({"pid": os.getpid(), "port": port, "listen": args.listen, "era": args.era,
+            json.dump({"pid": os.getpid(), "port": port, "listen": args.listen, "era": era,
                        "metrics_port": metrics_server.server_address[1] if metrics_server else None}, handle)
         os.rename(info_path + ".tmp", info_path)
         reason = server_api.store.unavailable_reason()
@@ -264,6 +266,43 @@ def cmd_api_report(args):
             return _emit(json.loads(resp.read()))
     except urllib.error.HTTPError as err:
         raise SimError("hypeman-api refused: %s" % err.read().decode(errors="replace"))
+
+
+def _api_post(sim, path, body=None, timeout=60):
+    req = urllib.request.Request(api_url(sim) + path, data=json.dumps(body or {}).encode(),
+                                 headers={"Authorization": "Bearer %s" % token_for(sim),
+                                          "Content-Type": "application/json"}, method="POST")
+    try:
+        with urllib.request.urlopen(req, timeout=timeout) as resp:
+            return json.loads(resp.read())
+    except urllib.error.HTTPError as err:
+        raise SimError("hypeman-api refused: %s" % err.read().decode(errors="replace"))
+    except (OSError, ValueError) as err:
+        raise SimError("hypeman-api at %s: %s" % (api_url(sim), err))
+
+
+def cmd_hard_kill(args):
+    """hypeman hard-kills an instance's QEMU that ignores SIGTERM (its WARN line goes to hypeman's journal)."""
+    sim = SimHost(args.root)
+    with sim.open():
+        return _emit(sim.hard_kill(args.instance,
+                                   lambda instance: _api_post(sim, "/_sim/instances/%s/terminate" % instance)))
+
+
+def cmd_oom_kill(args):
+    sim = SimHost(args.root)
+    with sim.open():
+        return _emit(sim.oom_kill(args.instance))
+
+
+def cmd_agent(args):
+    sim = SimHost(args.root)
+    with sim.open(write=False):
+        idir = os.path.join(sim.tree.data_dir, "guests", args.instance)
+        if not os.path.isdir(idir):
+            raise SimError("no instance %s" % args.instance)
+        sim_sentinel.write_agent_state(idir, None if args.state == "none" else args.state)
+    return _emit({"instance": args.instance, "agent": args.state})
 
 
 def cmd_dcgm(args):
@@ -355,8 +394,11 @@ def build_parser():
     p = sub.add_parser("api", help="run the hypeman-api stand-in in the foreground")
     p.add_argument("--listen", default="0.0.0.0")
     p.add_argument("--port", type=int, help="default: port from the config (hypeman's default 8080)")
-    p.add_argument("--era", choices=("markers", "vsock"), default="markers",
-                   help="vsock: current hypeman (guests print no markers, its sentinel polls and records itself)")
+    p.add_argument("--era", choices=host.ERAS, default=None,
+                   help="vsock: current hypeman (guests print no markers, its sentinel polls and records itself); "
+                        "default: the host's era (layout key era)")
+    p.add_argument("--vfio-term-grace", type=float, default=5.0,
+                   help="seconds between SIGTERM and SIGKILL of a VFIO instance's hypervisor (hypeman: 5)")
     p.add_argument("--metrics-port", type=int, help="serve /metrics on 127.0.0.1 (vsock era: default 9464)")
     p.add_argument("--sentinel-interval", type=float, default=5.0, help="vsock sentinel poll interval, seconds")
     p.set_defaults(func=cmd_api)
@@ -367,6 +409,20 @@ def build_parser():
     p.add_argument("--instance", default="")
     p.add_argument("--assigned-at", default="")
     p.set_defaults(func=cmd_api_report)
+
+    p = sub.add_parser("hard-kill", help="hypeman stops an instance whose QEMU ignores SIGTERM: hard kill, "
+                       "'device may wedge' in hypeman's log, claim released (needs the running api)")
+    p.add_argument("instance")
+    p.set_defaults(func=cmd_hard_kill)
+
+    p = sub.add_parser("oom-kill", help="the OOM killer kills an instance's QEMU (kernel lines in var/log/kern.log)")
+    p.add_argument("instance")
+    p.set_defaults(func=cmd_oom_kill)
+
+    p = sub.add_parser("agent", help="set what an instance's guest agent answers over vsock (vsock era)")
+    p.add_argument("instance")
+    p.add_argument("--state", required=True, choices=sim_sentinel.AGENT_ANSWERS + ("none",))
+    p.set_defaults(func=cmd_agent)
 
     p = sub.add_parser("token", help="mint a bearer token for the stand-in (like hypeman-token)")
     p.add_argument("--user-id", default="vgpu-sim")

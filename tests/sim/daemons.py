@@ -9,7 +9,9 @@ exactly what it would see on a real host:
 
 - ``vmm``: the VMM of one instance (QEMU, docs/hypeman-interface.md §3.3, §6.2): holds the VF's
   ``dev/vfio/devices/vfioN`` and ``dev/vfio/<group>`` nodes and listens on the
-  instance's control socket (``qemu.sock``);
+  instance's control socket (``qemu.sock``); after SIGUSR1 it ignores SIGTERM,
+  as a QEMU whose guest is stuck in vGPU driver init can (§8.1), so only a
+  SIGKILL ends it;
 - ``dcgm``: ``nv-hostengine`` / ``dcgm-exporter`` (§8): hold ``nvidiactl`` and
   every card's ``dev/nvidia<minor>`` node, which is what makes
   ``sriov-manage -d`` fail with "Cannot obtain unbindLock";
@@ -66,6 +68,12 @@ def hold_open(paths):
 def run_vmm(instance_id, socket_path, nodes):
     """The VMM stand-in: hold the VF's vfio nodes, own the control socket."""
     set_process_name("qemu-system-x86")
+
+    def stuck(_signum, _frame):
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        print("vmm %s: guest stuck in GPU driver init, SIGTERM ignored from now on" % instance_id, flush=True)
+
+    signal.signal(signal.SIGUSR1, stuck)
     fds = hold_open(nodes)
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     tmp = socket_path + ".binding"

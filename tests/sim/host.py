@@ -33,6 +33,17 @@ Facts reproduced (``docs/hypeman-interface.md``):
   ``--keep-claim`` leaves the claim as a failed release does;
 - wedge (§8): a VF wedged by a SIGKILL mid-init keeps failing init on later
   boots until its card's SR-IOV is cycled;
+- eras (§5.3, docs/hypeman-versions.md): layout key ``era`` (``markers``, the
+  default, or ``vsock``). In the vsock era a guest prints no markers, only the
+  agent's ``GPU driver initialized`` / ``GPU init failure detected`` line, and
+  its agent answers ``GetGPUInitStatus`` (``sentinel.AGENT_STATE_FILE``);
+  ``vgpu-sim api`` then runs hypeman's vsock sentinel and ``/metrics``;
+- wedge-risk triggers (§8.1): ``hard_kill`` makes a VMM ignore SIGTERM and
+  has the running hypeman stand-in stop it (SIGTERM, ``VFIOTermGrace``,
+  SIGKILL, its ``device may wedge`` WARN line on stdout, i.e. hypeman's
+  journal), then releases the claim; ``oom_kill`` SIGKILLs a VMM as the OOM
+  killer does and writes the kernel's two lines to the kern.log stand-in,
+  leaving the metadata as hypeman has it until it notices;
 - rotation (§4.1): copytruncate to ``app.log.1`` at any moment;
 - ``sriov-manage`` (§8): ``-d`` fails with "Cannot obtain unbindLock" while
   any process holds the card's ``dev/nvidia<minor>`` node (DCGM), removes the
@@ -56,6 +67,7 @@ from . import sentinel as sim_sentinel
 
 DEFAULT_ROOT = "/srv/vgpu-sim"
 STATE_DIR = ".vgpu-sim"
+ERAS = ("markers", "vsock")
 FAULTS = {
     "enable_noop": "sriov-manage -e exits 0 without creating VFs",
     "enable_slow": "sriov-manage -e exits 0 at once; the VFs appear VALUE seconds later (default 5)",
@@ -219,6 +231,9 @@ class SimHost(object):
         layout = dict(layout)
         boots = layout.pop("boots", [])
         wedged = layout.pop("wedged", [])
+        era = layout.pop("era", "markers")
+        if era not in ERAS:
+            raise SimError("layout era %r; expected one of %s" % (era, ", ".join(ERAS)))
         if "instances" in layout:
             raise SimError("layout key 'instances' makes static instances; use 'boots' for running ones")
         layout.setdefault("config", {})
@@ -231,7 +246,7 @@ class SimHost(object):
         os.makedirs(tree.state_dir)
         self._write_sriov_manage()
         self.tree = tree
-        self.state = {"version": 1, "wedged": [], "instances": {}, "spawned": {}}
+        self.state = {"version": 1, "era": era, "wedged": [], "instances": {}, "spawned": {}}
         with open(os.path.join(self.meta_dir, "lock"), "a"):
             pass
         self._save()
@@ -324,15 +339,16 @@ class SimHost(object):
                 claims[os.path.basename(path)] = name
         return claims
 
-    def boot(self, instance_id, vf, profile=None, build="claimed", name=None, force=False, era="markers",
+    def boot(self, instance_id, vf, profile=None, build="claimed", name=None, force=False, era=None,
              extra_meta=None):
         """Create/start an instance on ``vf`` with a running VMM stand-in; returns its record.
 
         ``era``: which guest agent boots (§5.5): ``markers`` prints the
         HYPEMAN-GPU-INIT markers, ``vsock`` prints its own lines and answers
-        the vsock sentinel (``sim-agent-gpu-init``). ``extra_meta``: more
+        the vsock sentinel (``sim-agent-gpu-init``); default: the host's era. ``extra_meta``: more
         metadata keys (``Image``, ``Tags``) as hypeman's create writes them.
         """
+        era = era or self.era
         if era not in ("markers", "vsock"):
             raise SimError("era %r; expected markers or vsock" % (era,))
         vf = self._vf(vf)
@@ -374,7 +390,7 @@ class SimHost(object):
             guestlog.log_prefix(boot_ns), guestlog.rfc3339nano(boot_ns + 2 * 10 ** 9))
         nvrm = "NVRM: GPU 0000:00:03.0: RmInitAdapter failed! (0x22:0x65:884)"
         if era == "vsock":
-            # The vsock-era agent prints one line of its own and answers hypeman's sentinel over vsock.
+            # The vsock-era agent keeps its state for GetGPUInitStatus and prints one plain line.
             console += guestlog.vsock_failed_line(report_ns, nvrm) if wedged else guestlog.vsock_ok_line(report_ns)
             sim_sentinel.write_agent_state(idir, "failed" if wedged else "ok")
         elif wedged:
@@ -388,6 +404,10 @@ class SimHost(object):
         self.state["instances"][instance_id] = record
         self.state["spawned"][str(pid)] = {"role": "vmm", "start_time": start_time, "instance": instance_id}
         return record
+
+    @property
+    def era(self):
+        return self.state.get("era", "markers")
 
     def _spawn_vmm(self, instance_id, vf, socket_path, log_path):
         nodes = [os.path.join(self.tree.dev_root, n) for n in self.tree.vf_nodes(vf)]
@@ -439,6 +459,47 @@ class SimHost(object):
         self.state["instances"].pop(instance_id, None)
         self.tree.instances.pop(instance_id, None)
         return existed
+
+    # ----------------------------------------------- wedge-risk triggers
+    def _running(self, instance_id):
+        record = self.state["instances"].get(instance_id)
+        if record is None:
+            raise SimError("no instance %s started by the simulator" % instance_id)
+        if not pid_alive(record.get("pid"), record.get("start_time")):
+            raise SimError("instance %s is not running" % instance_id)
+        return record
+
+    def hard_kill(self, instance_id, terminate_via):
+        """hypeman stops an instance whose QEMU ignores SIGTERM (§8.1); ``terminate_via(id)`` asks the stand-in.
+
+        The VMM stand-in ignores SIGTERM from SIGUSR1 on (its guest is stuck in
+        driver init); the running hypeman stand-in sends SIGTERM, waits its
+        grace, logs its WARN line and SIGKILLs. The claim is then released as
+        :meth:`stop` does.
+        """
+        record = self._running(instance_id)
+        os.kill(record["pid"], signal.SIGUSR1)
+        answer = terminate_via(instance_id)
+        if not answer.get("hard_killed"):
+            raise SimError("hypeman did not hard-kill instance %s: %s" % (instance_id, answer))
+        pid = record["pid"]
+        self.stop(instance_id)
+        return dict(answer, instance=instance_id, pid=pid, vf=record["vf"])
+
+    def oom_kill(self, instance_id, comm="qemu-system-x86"):
+        """The OOM killer kills an instance's QEMU (§8.1): SIGKILL, the kernel's lines in kern.log, metadata kept."""
+        record = self._running(instance_id)
+        pid = record["pid"]
+        os.kill(pid, signal.SIGKILL)
+        deadline = time.time() + 10
+        while pid_alive(pid, record["start_time"]) and time.time() < deadline:
+            _reap(pid)
+            time.sleep(0.02)
+        lines = self.tree.log_oom_kill(pid, now_ns(), comm=comm)
+        self.state["spawned"].pop(str(pid), None)
+        record.update(killed="oom")
+        return {"instance": instance_id, "pid": pid, "vf": record["vf"], "kernel_log": self.tree.kernel_log_path,
+                "lines": lines}
 
     # ------------------------------------------------------------ logs
     def app_log(self, instance_id):
@@ -524,7 +585,7 @@ class SimHost(object):
             card = self.tree.cards[addr]
             held = holders(self.card_nodes(addr))
             cards.append(dict(card.describe(), holders=[{"pid": p, "comm": process_name(p)} for p in sorted(held)]))
-        return {"paths": self.paths(), "cards": cards, "wedged": self.state["wedged"],
+        return {"paths": self.paths(), "era": self.era, "cards": cards, "wedged": self.state["wedged"],
                 "instances": instances, "faults": self.faults(),
                 "spawned": dict((k, v) for k, v in self.state["spawned"].items()
                                 if pid_alive(int(k), v["start_time"]))}
@@ -565,7 +626,7 @@ class SimHost(object):
 class ApiLauncher(object):
     """What the ``hypeman-api`` stand-in calls to boot and delete instances on this simulated host."""
 
-    def __init__(self, root, era="markers"):
+    def __init__(self, root, era=None):
         import threading
 
         self.root, self.era, self.lock = root, era, threading.Lock()

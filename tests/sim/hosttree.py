@@ -176,6 +176,19 @@ class Card(object):
                 "sriov_totalvfs": self.model.total_vfs}
 
 
+def vf_may_wedge_line(instance_id, device_path, unix_ns):
+    """hypeman's warning after hard-killing a hypervisor that ignored SIGTERM, as its slog JSON handler writes it.
+
+    ``lib/instances`` (terminateThenKill): level WARN, attributes ``instance_id`` and
+    ``device_path`` (the instance's ``GPUDevicePath``), then the subsystem the logger adds.
+    """
+    return json.dumps({
+        "time": _rfc3339nano(unix_ns), "level": "WARN",
+        "msg": "hypervisor with VFIO devices did not exit on SIGTERM; hard-killing, device may wedge if the "
+               "guest driver was initializing",
+        "instance_id": instance_id, "device_path": device_path, "subsystem": "INSTANCES"}, separators=(",", ":"))
+
+
 class HostTree(object):
     """A simulated hypeman vGPU host under ``root`` (created if missing)."""
 
@@ -678,19 +691,11 @@ class HostTree(object):
             handle.write(text)
 
     def log_vf_may_wedge(self, instance_id, unix_ns, device_path=None):
-        """hypeman's warning after hard-killing a hypervisor that ignored SIGTERM, as its slog JSON handler writes it.
-
-        ``lib/instances`` (terminateThenKill): level WARN, attributes ``instance_id`` and
-        ``device_path`` (the instance's ``GPUDevicePath``), then the subsystem the logger adds.
-        """
+        """hypeman's warning after hard-killing a hypervisor that ignored SIGTERM, appended to the log stand-in."""
         if device_path is None:
             vf = self.instances.get(instance_id, {}).get("vf")
             device_path = "/sys/bus/pci/devices/%s" % vf if vf else ""
-        line = json.dumps({
-            "time": _rfc3339nano(unix_ns), "level": "WARN",
-            "msg": "hypervisor with VFIO devices did not exit on SIGTERM; hard-killing, device may wedge if the "
-                   "guest driver was initializing",
-            "instance_id": instance_id, "device_path": device_path, "subsystem": "INSTANCES"}, separators=(",", ":"))
+        line = vf_may_wedge_line(instance_id, device_path, unix_ns)
         self._append(self.hypeman_log_path, line + "\n")
         return line
 

@@ -13,8 +13,10 @@ failures and quarantines.
 The guest agent's vsock answer is simulated by a file in the instance
 directory, ``sim-agent-gpu-init`` (one word: ``ok``, ``failed``, ``unknown``,
 ``unsupported`` for an agent without ``GetGPUInitStatus``); no file means the
-agent does not answer (``rpc_error``). Nothing here reads ``app.log``: a
-current hypeman never trusts the console. Standard library only.
+agent does not answer (``rpc_error``), and neither does the agent of a guest
+whose recorded hypervisor is gone (its QEMU was killed: the vsock dial fails).
+Nothing here reads ``app.log``: a current hypeman never trusts the console.
+Standard library only.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ import json
 import os
 import threading
 
+from .api import process_alive
 from .store import StoreError
 
 AGENT_STATE_FILE = "sim-agent-gpu-init"
@@ -51,8 +54,14 @@ def _assigned_at(meta):
     return meta.get("GPUAssignedAt") or meta.get("GPUClaimedAt") or ""
 
 
+def _hypervisor(meta):
+    """``(pid, start_time)`` metadata records for the guest's hypervisor (``pid`` None when none is recorded)."""
+    pid = meta.get("HypervisorPID")
+    return (pid if isinstance(pid, int) and pid > 0 else None), meta.get("HypervisorStartTime") or 0
+
+
 def targets(data_dir):
-    """``[(instance_id, instance_dir, vf_address, assigned_at)]`` the sentinel polls."""
+    """``[(instance_id, instance_dir, vf_address, assigned_at, hypervisor)]`` the sentinel polls."""
     guests = os.path.join(data_dir, "guests")
     out = []
     for name in sorted(os.listdir(guests)) if os.path.isdir(guests) else []:
@@ -65,7 +74,8 @@ def targets(data_dir):
         if meta.get("GPURetainedForCleanup") or meta.get("GPUFramework") != "vendor-vfio" \
                 or not meta.get("GPUDevicePath"):
             continue
-        out.append((name, instance_dir, os.path.basename(meta["GPUDevicePath"]), _assigned_at(meta)))
+        out.append((name, instance_dir, os.path.basename(meta["GPUDevicePath"]), _assigned_at(meta),
+                    _hypervisor(meta) if "HypervisorPID" in meta else None))
     return out
 
 
@@ -84,7 +94,10 @@ class VsockSentinel(object):
         except OSError:
             self.counters.check("list_error")
             return
-        for instance_id, instance_dir, vf, assigned_at in polled:
+        for instance_id, instance_dir, vf, assigned_at, hypervisor in polled:
+            if hypervisor is not None and not (hypervisor[0] and process_alive(self.api.proc_root, *hypervisor)):
+                self.counters.check("rpc_error")  # no QEMU, no vsock: the dial fails
+                continue
             try:
                 with open(os.path.join(instance_dir, AGENT_STATE_FILE)) as handle:
                     answer = handle.read().strip()

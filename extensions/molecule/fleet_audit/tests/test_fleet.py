@@ -17,8 +17,15 @@ ROOT = "/srv/vgpu-sim"
 EXPECTED = {
     "fleet-store": ["store_unavailable"],
     "fleet-sentinel": ["below_threshold", "sentinel_unreported"],
-    "fleet-drift": ["api_mismatch", "card_overflow_only", "pending_quarantine", "quarantined_vfs"],
+    # hypeman's own sentinel recorded inst-b's failure (below_threshold); its gauge
+    # counts no quarantine, the file one added behind its back (quarantine_count_mismatch).
+    "fleet-drift": ["api_mismatch", "below_threshold", "card_overflow_only", "pending_quarantine",
+                    "quarantine_count_mismatch", "quarantined_vfs"],
 }
+# After hypeman hard-killed inst-a's QEMU and the OOM killer inst-c's (fleet-drift only).
+EXPECTED_AFTER_TRIGGERS = dict(EXPECTED, **{
+    "fleet-drift": sorted(EXPECTED["fleet-drift"] + ["sentinel_coverage_lost", "vf_at_risk"])})
+MODE = {"fleet-store": "markers", "fleet-sentinel": "markers", "fleet-drift": "vsock"}
 ACTIONS = {
     "fleet-store": [("repair_store", True)],
     "fleet-sentinel": [("sentinel_failed", True)],
@@ -52,6 +59,12 @@ def comparable(report):
         wedge.pop("since", None)
         for source in wedge.get("sources") or []:
             source.pop("lines", None)
+        # hypeman's counters and uptime grow between the two audits; which results it counted does not.
+        sample = (entry.get("metrics") or {}).get("sample") or {}
+        sample.pop("uptime_seconds", None)
+        sample.pop("taken_at", None)
+        if sample.get("checks"):
+            sample["checks"] = sorted(sample["checks"])
     return report
 
 
@@ -87,6 +100,81 @@ def test_audit_report_files_and_summary():
 def test_check_mode_audit_reports_the_same():
     assert comparable(load("audit-check", "fleet-audit.json")) == comparable(load("audit", "fleet-audit.json"))
     assert load("audit-check", "fleet-audit.json")["check_mode"] is True
+
+
+def test_each_host_shows_its_sentinel_mode(name):
+    entry = by_host(load("audit", "fleet-audit.json"))[name]
+    assert entry["sentinel"]["sentinel_mode"] == MODE[name], entry["sentinel"]
+    if MODE[name] == "markers":
+        assert entry.get("metrics") is None  # no metrics_url there
+        return
+    # Current hypeman: the guests' logs cannot show a failure; hypeman's own sentinel is read instead.
+    assert entry["sentinel"]["findings"] == [] and entry["sentinel"]["log_evidence"] == "none"
+    metrics = entry["metrics"]
+    assert metrics["error"] is None and metrics["previous"] is None and metrics["coverage_problems"] == []
+    sample = metrics["sample"]
+    # inst-a and inst-c answer ok, inst-b (wedged VF) failed: hypeman recorded it, quarantined nothing.
+    assert sorted(sample["checks"]) == ["failed", "ok"] and sample["checks"]["ok"] >= sample["checks"]["failed"] >= 1
+    assert sample["init_failures"] == 1 and sample["quarantines"] in (0, None)
+    # Cross-checked with the store: hypeman counts 0 quarantined VFs, the file holds the hand-added one.
+    assert sample["quarantined_vfs"] == 0 and metrics["store_quarantined"] == 1
+
+
+def test_second_audit_reports_the_wedge_risk_and_lost_coverage(name):
+    report = load("audit-2", "fleet-audit.json")
+    entry = by_host(report)[name]
+    assert codes(entry) == EXPECTED_AFTER_TRIGGERS[name]
+    at_risk = sorted((v["vf"], v["reason"], v["instance_id"]) for v in entry["at_risk_vfs"])
+    if name != "fleet-drift":
+        assert at_risk == []
+        return
+    assert at_risk == [("0000:82:00.4", "vf_may_wedge", "inst-a"), ("0000:82:01.0", "oom_killed_qemu", "inst-c")]
+    evidence = dict((v["vf"], v["evidence"][-1]) for v in entry["at_risk_vfs"])
+    assert "device may wedge" in evidence["0000:82:00.4"]["line"]
+    assert json.loads(evidence["0000:82:00.4"]["line"])["device_path"] == "/sys/bus/pci/devices/0000:82:00.4"
+    assert evidence["0000:82:00.4"]["source"] == "journal (hypeman)"
+    assert "Killed process" in evidence["0000:82:01.0"]["line"] and evidence["0000:82:01.0"]["comm"] == "qemu-system-x86"
+    # hypeman's sentinel lost sight of inst-c (its QEMU is gone) since the first audit's sample.
+    metrics = entry["metrics"]
+    assert metrics["previous"] is not None and metrics["sample"]["checks"].get("rpc_error", 0) >= 1
+    assert any("rpc_error" in problem for problem in metrics["coverage_problems"]), metrics["coverage_problems"]
+    assert report["summary"]["sentinel_coverage_lost"] == ["fleet-drift"]
+    assert report["summary"]["hosts_sentinel_vsock"] == 1 and report["summary"]["hosts_sentinel_markers"] == 2
+    assert sorted((a["vf"], a["reason"]) for a in report["summary"]["at_risk"]) == [
+        ("0000:82:00.4", "vf_may_wedge"), ("0000:82:01.0", "oom_killed_qemu")]
+    # The same in the Markdown and HTML reports.
+    for path in (report["reports"]["markdown"], report["reports"]["html"]):
+        with open(path) as handle:
+            text = handle.read()
+        for needle in ("sentinel vsock", "rpc_error", "0000:82:00.4", "0000:82:01.0", "sentinel_coverage_lost"):
+            assert needle in text, (path, needle)
+
+
+def prometheus_values(text):
+    """``{series: value}`` of a textfile (series with their labels, as written)."""
+    values = {}
+    for line in text.splitlines():
+        if line and not line.startswith("#"):
+            series, value = line.rsplit(" ", 1)
+            values[series] = float(value)
+    return values
+
+
+def test_prometheus_textfile_of_the_second_audit(name, sh):
+    # Written by the third audit; the reconcile writes none (no audit_prometheus_dir there).
+    values = prometheus_values(sh.file("/tmp/hypeman_vgpu.prom").content_string)
+    assert values['hypeman_vgpu_sentinel_mode{mode="%s"}' % MODE[name]] == 1
+    if MODE[name] == "markers":
+        assert "hypeman_vgpu_hypeman_metrics_readable" not in values
+        return
+    assert values["hypeman_vgpu_hypeman_metrics_readable"] == 1
+    assert values["hypeman_vgpu_hypeman_sentinel_init_failures"] == 1
+    assert values["hypeman_vgpu_hypeman_quarantined_vfs"] == 0
+    assert values["hypeman_vgpu_sentinel_coverage_lost"] == 1
+    assert values['hypeman_vgpu_at_risk_vfs{reason="vf_may_wedge"}'] == 1
+    assert values['hypeman_vgpu_at_risk_vfs{reason="oom_killed_qemu"}'] == 1
+    for result in ("ok", "failed", "rpc_error"):
+        assert values['hypeman_vgpu_hypeman_sentinel_checks{result="%s"}' % result] >= 1
 
 
 def test_reconcile_made_the_safe_repairs(name):

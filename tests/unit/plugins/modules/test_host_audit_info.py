@@ -194,3 +194,37 @@ def test_a_hostile_previous_sample_is_ignored_with_a_warning(tree, capsys):
     finally:
         server.close()
     assert result["metrics"]["previous"] is None and "sentinel-metrics.json" in result["metrics"]["previous_error"]
+
+
+def test_wedge_risk_from_the_journal_of_the_given_unit(tree, capsys, fake_journalctl):
+    """The audit reads hypeman's journal through journalctl (the fake first on PATH), never the machine's."""
+    import json
+    import time
+
+    from ansible_collections.hypeman.vgpu.plugins.module_utils import _gotime
+
+    vf = tree.cards["0000:82:00.0"].vfs[1]
+    now = time.time_ns()
+    line = json.dumps({"time": _gotime.format_utc_rfc3339nano(_gotime.from_unix_ns(now - 600 * 10 ** 9)),
+                       "level": "WARN", "msg": "hypervisor with VFIO devices did not exit on SIGTERM; hard-killing, "
+                       "device may wedge if the guest driver was initializing", "instance_id": "gone",
+                       "device_path": "/sys/bus/pci/devices/%s" % vf, "subsystem": "INSTANCES"})
+    fake_journalctl.answer("unit", [{"MESSAGE": line, "__REALTIME_TIMESTAMP": str(now // 1000)}])
+    fake_journalctl.answer("dmesg", raw=b"\xff garbage\n")
+    result = run(tree, capsys, hypeman_unit="hypeman", wedge_window_hours=2)
+    calls = fake_journalctl.calls()
+    assert [call[0] for call in calls] == ["--unit=hypeman", "--dmesg"]
+    assert all("--output=json" in call and "--boot=0" in call for call in calls)
+    since = [int(arg.split("@", 1)[1]) for arg in calls[0] if arg.startswith("--since=@")]
+    assert len(since) == 1 and abs(since[0] - (now // 10 ** 9 - 7200)) < 600
+    assert [(v["vf"], v["reason"]) for v in result["at_risk_vfs"]] == [(vf, "vf_may_wedge")]
+    assert "vf_at_risk" in [i["code"] for i in result["issues"]]
+    assert result["wedge_signals"]["complete"] is True
+
+
+def test_an_unreadable_journal_is_said_not_read_as_health(tree, capsys, fake_journalctl):
+    fake_journalctl.answer("unit", stderr="No journal files were opened due to insufficient permissions.", rc=1)
+    result = run(tree, capsys)
+    assert result["at_risk_vfs"] == [] and result["wedge_signals"]["complete"] is False
+    assert "insufficient permissions" in result["wedge_signals"]["sources"][0]["error"]
+    assert "wedge_signals_unread" in [i["code"] for i in result["issues"]]
