@@ -65,6 +65,12 @@ def comparable(report):
         sample.pop("taken_at", None)
         if sample.get("checks"):
             sample["checks"] = sorted(sample["checks"])
+    # Each audit keeps its history in its own report directory, stamped with its own time.
+    history = report.get("history") or {}
+    history.pop("dir", None)
+    history.pop("record_file", None)
+    for point in history.get("points") or []:
+        point.pop("generated_at", None)
     return report
 
 
