@@ -48,6 +48,10 @@ Facts reproduced (``docs/hypeman-interface.md``):
 - ``sriov-manage`` (§8): ``-d`` fails with "Cannot obtain unbindLock" while
   any process holds the card's ``dev/nvidia<minor>`` node (DCGM), removes the
   VFs otherwise; ``-e`` recreates them; fault switches make it misbehave.
+
+Not hypeman's: ``status`` lists under ``api_boots`` every instance the API
+stand-in created (id, name, VF, profile, tags, whether it booted on a wedged
+VF, created and deleted times), so a test can count boots that left no trace.
 """
 
 from __future__ import annotations
@@ -586,7 +590,7 @@ class SimHost(object):
             held = holders(self.card_nodes(addr))
             cards.append(dict(card.describe(), holders=[{"pid": p, "comm": process_name(p)} for p in sorted(held)]))
         return {"paths": self.paths(), "era": self.era, "cards": cards, "wedged": self.state["wedged"],
-                "instances": instances, "faults": self.faults(),
+                "instances": instances, "faults": self.faults(), "api_boots": self.state.get("api_boots", []),
                 "spawned": dict((k, v) for k, v in self.state["spawned"].items()
                                 if pid_alive(int(k), v["start_time"]))}
 
@@ -637,13 +641,24 @@ class ApiLauncher(object):
         with self.lock:
             sim = SimHost(self.root)
             with sim.open():
-                return sim.boot(instance_id, vf, profile=profile, name=name, era=self.era, extra_meta=extra_meta)
+                record = sim.boot(instance_id, vf, profile=profile, name=name, era=self.era, extra_meta=extra_meta)
+                # Test equipment's own history of the API's creates (status "api_boots"): a deleted
+                # instance leaves no other trace, and a test must count the boots (one canary, not two).
+                sim.state.setdefault("api_boots", []).append({
+                    "id": instance_id, "name": name, "vf": vf, "profile": record["profile"],
+                    "tags": dict((extra_meta or {}).get("Tags") or {}), "wedged_boot": record["wedged_boot"],
+                    "created_at": record["claimed_at"], "deleted_at": None})
+                return record
 
     def delete(self, instance_id):
         with self.lock:
             sim = SimHost(self.root)
             with sim.open():
-                return sim.delete(instance_id)
+                existed = sim.delete(instance_id)
+                for boot in sim.state.get("api_boots", []):
+                    if boot["id"] == instance_id and boot["deleted_at"] is None:
+                        boot["deleted_at"] = guestlog.rfc3339nano(now_ns())
+                return existed
 
 
 def terminate(pid, start_time=None, timeout=5.0):

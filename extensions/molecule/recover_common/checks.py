@@ -19,11 +19,13 @@ OTHER_GPU = "0000:82:00.0"
 STORE = ROOT + "/var/lib/hypeman/gpu/vf-health.json"
 STATE_DIR = ROOT + "/var/lib/hypeman-vgpu"
 UNITS = ("hypeman", "nvidia-dcgm", "nvidia-dcgm-exporter")
+# The canary recover_happy boots after the recovery (its converge sets the same).
+CANARY_PROFILE = "NVIDIA L40S-1Q"
 
 _API = ("python3 -c \"import json, sys, urllib.request\n"
-        "req = urllib.request.Request('http://127.0.0.1:8080/resources',"
+        "req = urllib.request.Request('http://127.0.0.1:8080' + sys.argv[2],"
         " headers={'Authorization': 'Bearer ' + sys.argv[1]})\n"
-        "print(json.dumps(json.load(urllib.request.urlopen(req, timeout=10))['gpu']))\" %s")
+        "print(json.dumps(json.load(urllib.request.urlopen(req, timeout=10))))\" %s %s")
 
 
 def status(sh):
@@ -55,8 +57,22 @@ def creatable_counts(sh, vfs):
     return counts
 
 
+def _api_get(sh, path):
+    return json.loads(sh.check_output(_API % (sh.check_output("vgpu-sim token"), path)))
+
+
 def api_gpu(sh):
-    return json.loads(sh.check_output(_API % sh.check_output("vgpu-sim token")))
+    return _api_get(sh, "/resources")["gpu"]
+
+
+def api_instances(sh):
+    """hypeman's ``GET /instances``: every instance the API lists."""
+    return _api_get(sh, "/instances")
+
+
+def guest_dirs(sh):
+    """Instance directories under hypeman's data dir (one per instance hypeman knows)."""
+    return sorted(sh.check_output("ls -A %s/var/lib/hypeman/guests" % ROOT).split())
 
 
 def ledger(sh):

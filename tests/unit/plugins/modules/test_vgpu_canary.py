@@ -97,6 +97,12 @@ def test_healthy_card_passes_and_the_canary_is_deleted(running, capsys, era):
     expected = "HYPEMAN-GPU-INIT-OK ts=" if era == "markers" else "[guest-agent] GPU driver initialized"
     assert expected in result["evidence"]
     assert sim.guests() == [] and simapi.list_instances(sim.paths["data_dir"]) == []
+    # The simulator's own record of the API's creates: this one canary, on that VF, deleted.
+    with sim.host.open(write=False):
+        boots = sim.host.status()["api_boots"]
+    assert [(b["id"], b["name"], b["vf"], b["profile"], b["tags"], b["wedged_boot"]) for b in boots] == [
+        (canary["id"], canary["name"], canary["vf"], PROFILE, {_canary.TAG_KEY: PF_A}, False)]
+    assert boots[0]["deleted_at"] >= boots[0]["created_at"]
 
 
 @pytest.mark.parametrize("era", ["markers", "vsock"])
