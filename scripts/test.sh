@@ -22,6 +22,11 @@ export ANSIBLE_COLLECTIONS_PATH="$repo/.collections:${VGPU_SIM_CACHE:-/var/cache
 export ANSIBLE_NOCOLOR=1 ANSIBLE_FORCE_COLOR=0 PY_COLORS=0
 
 test_start=$(date +%s)
+# The machine's CPU counters (/proc/stat: busy and idle ticks of all CPUs) at
+# the start; the summary says how busy the run kept the CPUs (idle time is
+# room for more parallel work, none means only less work makes it faster).
+cpu_ticks() { awk '$1 == "cpu" { printf "%d %d", $2 + $3 + $4 + $7 + $8, $5 + $6 }' /proc/stat 2>/dev/null; }
+read -r busy_start idle_start <<< "$(cpu_ticks)"
 results_dir=$(mktemp -d)
 trap 'rm -rf "$results_dir"' EXIT
 results_file="$results_dir/main.tsv"  # each lane writes its own
@@ -96,50 +101,132 @@ build_smoke() { in_venv "$repo/.venv" bash "$repo/scripts/build_smoke.sh"; }
 
 main_venv="$repo/.venv" py312_venv="$repo/.venv-py312"
 have_py312() { [ -x "$py312_venv/bin/python" ]; }
-lane_py311() {
-  phase "sanity" sanity "$main_venv" 3.11
-  phase "units" units "$main_venv" 3.11
-  phase "integration" integration "$main_venv" 3.11
-}
-lane_py312() {
-  if ! have_py312; then skip "py3.12 matrix" "no python3.12 interpreter on this machine"; return; fi
-  phase "sanity (py3.12, ansible-core 2.21)" sanity "$py312_venv" 3.12
-  phase "units (py3.12, ansible-core 2.21)" units "$py312_venv" 3.12
-  phase "integration (py3.12, ansible-core 2.21)" integration "$py312_venv" 3.12
+# matrix_phase name function python: a phase on Python 3.11 (ansible-core 2.19) or 3.12 (2.21)
+matrix_phase() {
+  local name=$1 fn=$2 python=$3; shift 3
+  if [ "$python" = 3.11 ]; then phase "$name" "$fn" "$main_venv" 3.11 "$@"; return; fi
+  if ! have_py312; then skip "$name (py3.12)" "no python3.12 interpreter on this machine"; return; fi
+  phase "$name (py3.12, ansible-core 2.21)" "$fn" "$py312_venv" 3.12 "$@"
 }
 browser_check() { # the HTML fleet report in headless Chromium (docs/testing.md)
   PYTHONPATH="$repo/.collections" "$main_venv/bin/python" "$repo/tests/browser/check_report.py" --build "$repo/build"
 }
-lane_checks() {
+checks() {
   phase "ansible-lint (production)" lint
   phase "antsibull-changelog lint" changelog_lint
   phase "build, install, ansible-doc" build_smoke
   phase "EDA rulebook run" bash "$repo/tests/eda/rulebook_run.sh"
   phase "fleet report in Chromium" browser_check
 }
-lane_molecule() { MOLECULE_JOBS=${MOLECULE_JOBS:-2} phase "molecule scenarios" bash "$repo/scripts/molecule.sh"; }
+molecule_all() { phase "molecule scenarios" bash "$repo/scripts/molecule.sh"; }
 
-lane_run() { # name function...: the lane's phases in a subshell; records its wall and CPU time
+# --- integration chunks ---------------------------------------------------------
+# `all` splits each Python's integration targets into INTEGRATION_CHUNKS
+# ansible-test runs that go at the same time: a target runs its playbooks one
+# task after another and waits on timeouts by design, so one run leaves a CPU
+# idle. The seconds a target takes on an idle machine (measured, docs/testing.md)
+# balance the chunks; a target not listed counts 15.
+declare -A target_seconds=(
+  [sr_iov_cycle_preflight]=70 [fleet_audit]=90 [recover_gpu_breaker]=80 [vf_health]=40
+  [vgpu_canary]=33 [vgpu_sentinel_scan]=22 [gpu_sriov]=20 [vgpu_placement_info]=17
+  [vgpu_instance_info]=10 [inventory_vgpu_fleet]=8 [vf_health_info]=8 [run_marker]=6
+  [gpu_holders_info]=5 [fleet_awx]=2
+)
+integration_targets() { # what a plain `ansible-test integration` runs: no setup_/prepare_ target, no
+  local dir name   # disabled, unsupported, unstable or destructive one
+  for dir in "$repo"/tests/integration/targets/*/; do
+    name=$(basename "$dir")
+    case "$name" in setup_* | prepare_*) continue ;; esac
+    grep -qsE '^(disabled|unsupported|unstable|destructive)$' "$dir/aliases" && continue
+    echo "$name"
+  done
+}
+# chunk_targets N: N lines, each a chunk's targets (space-separated), heaviest target first into
+# the lightest chunk.
+chunk_targets() {
+  local n=$1 i name best
+  local -a load=() chunk=()
+  for ((i = 0; i < n; i++)); do load[i]=0; chunk[i]=""; done
+  while read -r _ name; do
+    best=0
+    for ((i = 1; i < n; i++)); do [ "${load[i]}" -lt "${load[best]}" ] && best=$i; done
+    load[best]=$(( load[best] + ${target_seconds[$name]:-15} ))
+    chunk[best]="${chunk[best]:+${chunk[best]} }$name"
+  done < <(integration_targets | while read -r t; do echo "${target_seconds[$t]:-15} $t"; done | sort -rn)
+  for ((i = 0; i < n; i++)); do [ -n "${chunk[i]}" ] && echo "${chunk[i]}"; done
+}
+chunk_seconds() { local t sum=0; for t in $1; do sum=$(( sum + ${target_seconds[$t]:-15} )); done; echo "$sum"; }
+integration_chunk() { # venv python targets...
+  local venv=$1 python=$2; shift 2
+  echo "targets: $*"
+  ansible_test "$venv" integration --local --python "$python" --color no "$@"
+}
+integration_job() { # python chunk-number chunks targets...
+  local python=$1 i=$2 n=$3; shift 3
+  matrix_phase "integration ($i/$n)" integration_chunk "$python" "$@"
+}
+
+# --- the job pool ---------------------------------------------------------------
+# A job is one or more phases in a subshell with its own ansible-test output and
+# integration inventory (TEST_LANE, see ansible_test), its output kept in
+# build/test-lanes/<job>.log and printed when it ends.
+job_run() { # name function args...: records the job's wall and CPU time
   local name=$1; shift
-  # The Python 3.11 lane keeps the repo's tests/output (where people look).
-  ( results_file="$results_dir/$name.tsv"; [ "$name" = py311 ] || TEST_LANE=$name; SECONDS=0
-    for fn in "$@"; do $fn; done
+  ( results_file="$results_dir/$name.tsv"; TEST_LANE=$name; SECONDS=0
+    "$@"
     took=$SECONDS; times > "$results_dir/$name.times"
     printf '%s\t%s\n' "$took" "$(cpu_seconds < "$results_dir/$name.times")" > "$results_dir/$name.lane" )
 }
-# Background lanes: name -> pid; output in build/test-lanes/<name>.log.
-declare -A lane_pids=()
-lane_start() { # name function
-  local name=$1 fn=$2
-  mkdir -p "$repo/build/test-lanes"
-  lane_run "$name" "$fn" > "$repo/build/test-lanes/$name.log" 2>&1 &
-  lane_pids[$name]=$!
-}
-lane_wait() { # name: wait for a background lane and print its output
+declare -A job_pids=()  # name -> pid of every job started in the background
+job_start() { # name function args...
   local name=$1
-  wait "${lane_pids[$name]}"
-  printf '\n===== lane %s (ran in the background; its output follows) =====\n' "$name"
-  cat "$repo/build/test-lanes/$name.log"
+  mkdir -p "$repo/build/test-lanes"
+  job_run "$@" > "$repo/build/test-lanes/$name.log" 2>&1 &
+  job_pids[$name]=$!
+  printf '[test] %s: started (%ss after the start)\n' "$name" "$(( $(date +%s) - test_start ))"
+}
+job_print() { # name: the output of a job that ended
+  printf '\n===== job %s (ran in the background; its output follows) =====\n' "$1"
+  cat "$repo/build/test-lanes/$1.log"
+}
+# Every job but molecule's: "seconds name function args..." (seconds on an idle machine,
+# to start the longest first).
+pool_jobs() {
+  local chunks=${INTEGRATION_CHUNKS:-2} i=0 targets python
+  for python in 3.11 3.12; do
+    [ "$python" = 3.12 ] && ! have_py312 && { echo "1 py312 matrix_phase py3.12-matrix true 3.12"; continue; }
+    echo "150 units-py$python matrix_phase units units $python"
+    echo "80 sanity-py$python matrix_phase sanity sanity $python"
+    i=0
+    while read -r targets; do
+      i=$((i + 1))
+      echo "$(chunk_seconds "$targets") integration-py$python-$i integration_job $python $i $chunks $targets"
+    done < <(chunk_targets "$chunks")
+  done
+  echo "110 checks checks"
+}
+# run_pool N: run the pool's jobs, the longest first, N at a time; once none is left to
+# start, let molecule start more scenarios at once (MOLECULE_JOBS_LATE).
+run_pool() {
+  local max=$1 name pid spec
+  local -a queue=() words=()
+  declare -A running=()
+  mapfile -t queue < <(pool_jobs | sort -rn -k1,1)
+  while [ "${#queue[@]}" -gt 0 ] || [ "${#running[@]}" -gt 0 ]; do
+    while [ "${#running[@]}" -lt "$max" ] && [ "${#queue[@]}" -gt 0 ]; do
+      spec=${queue[0]}; queue=("${queue[@]:1}")
+      read -r -a words <<< "$spec"
+      job_start "${words[@]:1}"
+      running[${job_pids[${words[1]}]}]=${words[1]}
+    done
+    [ "${#queue[@]}" -eq 0 ] && [ -n "${MOLECULE_JOBS_FILE:-}" ] && echo "${MOLECULE_JOBS_LATE:-3}" > "$MOLECULE_JOBS_FILE"
+    wait -n 2>/dev/null
+    for pid in "${!running[@]}"; do
+      kill -0 "$pid" 2>/dev/null && continue
+      wait "$pid"; name=${running[$pid]}; unset "running[$pid]"
+      job_print "$name"
+    done
+  done
 }
 
 case "${1:-all}" in
@@ -152,46 +239,58 @@ case "${1:-all}" in
   molecule) phase "molecule scenarios" bash "$repo/scripts/molecule.sh" ;;
   eda) phase "EDA rulebook run" bash "$repo/tests/eda/rulebook_run.sh" ;;
   browser) phase "fleet report in Chromium" browser_check ;;
-  py312) lane_py312 ;;
+  plan) pool_jobs | sort -rn -k1,1; exit 0 ;;  # the jobs `all` runs beside molecule, longest first
+  py312) for fn in sanity units integration; do matrix_phase "$fn" "$fn" 3.12; done ;;
   all)
-    if [ "${TEST_LANES:-3}" -le 1 ]; then
-      lane_py311; lane_checks; lane_py312; lane_molecule
+    if [ "${TEST_JOBS:-3}" -le 1 ]; then
+      # One phase after another (for a machine with one CPU, or to time phases alone).
+      for python in 3.11 3.12; do
+        for fn in sanity units integration; do matrix_phase "$fn" "$fn" "$python"; done
+      done
+      checks; molecule_all
     else
-      # The longest lane (molecule) first; the Python 3.11 lane streams its
-      # output; the short checks follow it.
+      # The molecule scenarios (mostly waiting on their containers' services and timeouts)
+      # run beside a pool of the other jobs, TEST_JOBS at a time.
       export MOLECULE_JOBS_FILE="$results_dir/molecule.jobs"
-      lane_start molecule lane_molecule
-      lane_start py312 lane_py312
-      lane_main=1
-      lane_run py311 lane_py311 lane_checks
-      lane_wait py312
-      # The ansible-test lanes are done: molecule may start more scenarios at once.
+      MOLECULE_JOBS=${MOLECULE_JOBS:-2} job_start molecule molecule_all
+      molecule_pid=${job_pids[molecule]}
+      run_pool "${TEST_JOBS:-3}"
       echo "${MOLECULE_JOBS_LATE:-3}" > "$MOLECULE_JOBS_FILE"
-      lane_wait molecule
+      wait "$molecule_pid"
+      job_print molecule
+      # Each job's JUnit results where people look for them (tests/output/junit).
+      mkdir -p "$repo/tests/output/junit"
+      for junit in "$repo"/.mnt/*-output/junit; do
+        [ -d "$junit" ] && cp -f "$junit"/*.xml "$repo/tests/output/junit/" 2>/dev/null
+      done
     fi
     ;;
-  *) echo "usage: $0 all|sanity|units|integration|lint|changelog-lint|build-smoke|molecule|eda|browser|py312" >&2; exit 2 ;;
+  *) echo "usage: $0 all|plan|sanity|units|integration|lint|changelog-lint|build-smoke|molecule|eda|browser|py312" >&2; exit 2 ;;
 esac
 
-# A lane that ended without recording its end (killed, crashed) is a failure.
-for name in "${!lane_pids[@]}" ${lane_main:+py311}; do
+# A job that ended without recording its end (killed, crashed) is a failure.
+for name in "${!job_pids[@]}"; do
   [ -e "$results_dir/$name.lane" ] \
-    || printf 'FAIL\tlane %s: did not finish\t?\t?\t?\n' "$name" >> "$results_dir/main.tsv"
+    || printf 'FAIL\tjob %s: did not finish\t?\t?\t?\n' "$name" >> "$results_dir/main.tsv"
 done
 passed=0 failed=0 skipped=0
 printf '\n===== results =====\n'
 echo "total: $(( $(date +%s) - test_start ))s wall"
+read -r busy_end idle_end <<< "$(cpu_ticks)"
+if [ -n "${busy_start:-}" ] && [ -n "${busy_end:-}" ] && [ $(( busy_end + idle_end - busy_start - idle_start )) -gt 0 ]; then
+  echo "machine CPUs: $(( 100 * (busy_end - busy_start) / (busy_end + idle_end - busy_start - idle_start) ))% busy ($(nproc) CPUs; idle includes I/O wait)"
+fi
 for lane_file in "$results_dir"/*.lane; do
   [ -e "$lane_file" ] || continue
   IFS=$'\t' read -r took cpu < "$lane_file"
-  printf 'lane %-8s %5ss wall %5ss CPU\n' "$(basename "$lane_file" .lane)" "$took" "$cpu"
+  printf 'job %-20s %5ss wall %5ss CPU\n' "$(basename "$lane_file" .lane)" "$took" "$cpu"
 done
-for tsv in "$results_dir"/main.tsv "$results_dir"/py311.tsv "$results_dir"/py312.tsv "$results_dir"/molecule.tsv; do
+for tsv in "$results_dir"/*.tsv; do
   [ -e "$tsv" ] || continue
   while IFS=$'\t' read -r status name took cpu rc; do
     case "$status" in
-      PASS) passed=$((passed + 1)); printf 'PASS  %-42s %5ss wall %5ss CPU\n' "$name" "$took" "$cpu" ;;
-      FAIL) failed=$((failed + 1)); printf 'FAIL  %-42s %5ss wall %5ss CPU  exit %s\n' "$name" "$took" "$cpu" "$rc" ;;
+      PASS) passed=$((passed + 1)); printf 'PASS  %-48s %5ss wall %5ss CPU\n' "$name" "$took" "$cpu" ;;
+      FAIL) failed=$((failed + 1)); printf 'FAIL  %-48s %5ss wall %5ss CPU  exit %s\n' "$name" "$took" "$cpu" "$rc" ;;
       SKIP) skipped=$((skipped + 1)); printf 'SKIP  %s: %s\n' "$name" "$took" ;;
     esac
   done < "$tsv"
