@@ -46,8 +46,8 @@ from ansible.module_utils.common import warnings as ansible_warnings
 
 from ansible_collections.hypeman.vgpu.plugins.module_utils import _fileio, _hypeman, _sysfs
 from ansible_collections.hypeman.vgpu.plugins.modules import (
-    gpu_holders_info, gpu_sriov, host_audit_info, run_marker, vf_health, vf_health_info, vgpu_instance_info,
-    vgpu_placement_info, vgpu_sentinel_scan)
+    gpu_holders_info, gpu_sriov, host_audit_info, path_access_info, run_marker, vf_health, vf_health_info,
+    vgpu_instance_info, vgpu_placement_info, vgpu_sentinel_scan)
 from ansible_collections.hypeman.vgpu.tests.sim import guestlog
 from ansible_collections.hypeman.vgpu.tests.sim.hosttree import HostTree
 from ansible_collections.hypeman.vgpu.tests.unit.plugins.module_utils.api_stub import ApiStub, closed_port_url
@@ -72,6 +72,7 @@ MODULES = {
     "vgpu_placement_info": vgpu_placement_info.main, "vgpu_instance_info": vgpu_instance_info.main,
     "gpu_holders_info": gpu_holders_info.main, "vgpu_sentinel_scan": vgpu_sentinel_scan.main,
     "gpu_sriov": gpu_sriov.main, "host_audit_info": host_audit_info.main, "run_marker": run_marker.main,
+    "path_access_info": path_access_info.main,
 }
 CARD = "0000:82:00.0"
 PROFILE_NAME = "NVIDIA L40S-2Q"
@@ -237,6 +238,11 @@ class Host(object):
                 args["content"] = {"gpu": CARD, "step": "drained"}
         if name in ("vgpu_placement_info", "vgpu_instance_info", "host_audit_info"):
             args.update(api_url=self.api.url, api_timeout=5)
+        if name == "path_access_info":
+            # Not in the host-path action group: it takes only the paths it looks at.
+            args = dict(_ansible_check_mode=True, paths=[
+                dict(path=path, type=draw_state(["any", "file", "directory"]), follow=draw_state([True, False]),
+                     access=["read", "write", "execute"]) for paths in _targets(self).values() for path in paths])
         return args
 
 
@@ -265,6 +271,14 @@ def _typical(name, spec, host):
         return st.integers(-2, 5)
     if kind == "float":
         return st.floats(0.01, 0.2) if name in ("timeout", "delay") else st.floats(0.1, 3)
+    if kind == "list" and spec.get("elements") == "dict":  # path_access_info's paths: hostile values inside too
+        def either(typical):
+            return st.one_of(typical, typical, HOSTILE_VALUES)
+        return st.lists(st.fixed_dictionaries(
+            {"path": either(st.sampled_from(sorted(set(host.paths.values()))))},
+            optional={"type": either(st.sampled_from(["any", "file", "directory"])), "follow": either(st.booleans()),
+                      "access": either(st.lists(st.sampled_from(["read", "write", "execute"]), max_size=3))}),
+            max_size=4)
     if kind == "list":
         element = "path" if spec.get("elements") == "path" else "str"
         return st.lists(_typical(name, {"type": element}, host), max_size=3)

@@ -18,7 +18,7 @@ from ansible.module_utils import basic
 
 from ansible_collections.hypeman.vgpu.plugins.module_utils import _placement
 from ansible_collections.hypeman.vgpu.plugins.modules import (
-    gpu_holders_info, gpu_sriov, host_audit_info, vf_health, vf_health_info, vgpu_instance_info,
+    gpu_holders_info, gpu_sriov, host_audit_info, path_access_info, vf_health, vf_health_info, vgpu_instance_info,
     run_marker, vgpu_placement_info, vgpu_sentinel_scan)
 from ansible_collections.hypeman.vgpu.tests.unit.plugins.modules.module_results import argument_spec, run_module
 
@@ -33,6 +33,11 @@ MODULES = {
     "gpu_sriov": (gpu_sriov.main, {"pci_address": "0000:82:00.0"}),
     "host_audit_info": (host_audit_info.main, {}),
     "run_marker": (run_marker.main, {"name": "dcgm-quiesce.json", "state": "read"}),
+}
+# Modules outside the host-path action group (no host-path option): each with the option that
+# takes nested values. Their path checks are in their own tests (test_path_access_info.py).
+OUTSIDE_GROUP = {
+    "path_access_info": (path_access_info.main, "paths"),
 }
 
 BAD_PATHS = [
@@ -122,12 +127,32 @@ def _deep(depth):
     return value
 
 
-@pytest.mark.parametrize("module", sorted(MODULES))
+def test_the_modules_are_the_action_group_and_the_rest():
+    import os
+    import yaml
+
+    root = os.path.dirname(os.path.dirname(os.path.abspath(path_access_info.__file__)))
+    with open(os.path.join(os.path.dirname(root), "meta", "runtime.yml")) as handle:
+        group = yaml.safe_load(handle)["action_groups"]["host"]
+    modules = sorted(name[:-3] for name in os.listdir(os.path.join(root, "modules"))
+                     if name.endswith(".py") and not name.startswith("_"))
+    assert sorted(group) == sorted(set(MODULES) | {"vgpu_canary"})
+    # fleet_report_write is a controller-side action plugin's documentation stub.
+    assert sorted(set(modules) - set(group)) == sorted(set(OUTSIDE_GROUP) | {"fleet_report_write"})
+    for name in OUTSIDE_GROUP:
+        assert not set(argument_spec(OUTSIDE_GROUP[name][0])) & {"data_dir", "state_dir", "sysfs_root"}, name
+
+
+@pytest.mark.parametrize("module", sorted(MODULES) + sorted(OUTSIDE_GROUP))
 @pytest.mark.parametrize("depth", [600, 100000])  # deeper than AnsibleModule can copy / than JSON can decode
 def test_arguments_nested_too_deeply_fail_cleanly(module, depth, capsys):
-    main, required = MODULES[module]
+    if module in OUTSIDE_GROUP:
+        main, option = OUTSIDE_GROUP[module]
+        required = {}
+    else:
+        (main, required), option = MODULES[module], "data_dir"
     # Built by hand: the test harness's own encoder cannot nest that deep either.
-    args = json.dumps({"ANSIBLE_MODULE_ARGS": dict(required, data_dir="DEEP")}).replace(
+    args = json.dumps({"ANSIBLE_MODULE_ARGS": dict(required, **{option: "DEEP"})}).replace(
         '"DEEP"', "[" * depth + "]" * depth)
     with mock.patch.object(basic, "_ANSIBLE_ARGS", args.encode()), mock.patch.object(basic, "_ANSIBLE_PROFILE",
                                                                                      "legacy"):
