@@ -115,6 +115,8 @@ def measure(work, count, forks, repeat, baseline=None):
     for attempt in range(repeat):
         for name, argv, run_env in runs:
             elapsed, cpu = timed_run(argv, run_env, os.path.join(work, "%s-%d-%d.log" % (name, count, attempt)))
+            # Progress on stderr: a 1,000-host round takes minutes per run.
+            sys.stderr.write("  [%s, %d hosts, run %d: %.1f s wall, %.1f s CPU]\n" % (name, count, attempt + 1, elapsed, cpu))
             best[name] = min(best.get(name, elapsed), elapsed)
             best[name + "_cpu"] = min(best.get(name + "_cpu", cpu), cpu)
     with open(os.path.join(work, "report-%d" % count, "fleet-audit.json")) as handle:
@@ -170,16 +172,22 @@ def main(argv=None):
                           row["baseline"] / row["ping"], row["baseline_cpu"] / row["ping_cpu"]))
         small, large = rows[args.small], rows[args.hosts]
         extra = float(args.hosts - args.small)
+        names = ("audit", "baseline") if args.baseline else ("audit",)
         for unit, suffix in (("wall", ""), ("CPU", "_cpu")):
-            marginal_audit = (large["audit" + suffix] - small["audit" + suffix]) / extra
             marginal_ping = (large["ping" + suffix] - small["ping" + suffix]) / extra
-            print("%s: audit/ping per host %.2fx at %d hosts, %.2fx at %d (goal <= 1.3x); marginal host "
-                  "(%d -> %d): audit %.3f s, ping %.3f s, %.2fx; per-host audit %.3f -> %.3f s (x%.2f; flat = 1)"
-                  % (unit, small["audit" + suffix] / small["ping" + suffix], args.small,
-                     large["audit" + suffix] / large["ping" + suffix], args.hosts, args.small, args.hosts,
-                     marginal_audit, marginal_ping, marginal_audit / marginal_ping if marginal_ping > 0 else float("nan"),
-                     small["audit" + suffix] / args.small, large["audit" + suffix] / args.hosts,
-                     (large["audit" + suffix] / args.hosts) / (small["audit" + suffix] / args.small)))
+            print("%s: ping per host %.3f s at %d hosts, %.3f s at %d (x%.2f); marginal ping host (%d -> %d) %.3f s"
+                  % (unit, small["ping" + suffix] / args.small, args.small, large["ping" + suffix] / args.hosts,
+                     args.hosts, (large["ping" + suffix] / args.hosts) / (small["ping" + suffix] / args.small),
+                     args.small, args.hosts, marginal_ping))
+            for name in names:
+                marginal = (large[name + suffix] - small[name + suffix]) / extra
+                print("  %-8s /ping per host %.2fx at %d hosts, %.2fx at %d (goal <= 1.3x); marginal host %.3f s, "
+                      "%.2fx ping's; per-host %s %.3f -> %.3f s (x%.2f; flat = 1)"
+                      % (name, small[name + suffix] / small["ping" + suffix], args.small,
+                         large[name + suffix] / large["ping" + suffix], args.hosts, marginal,
+                         marginal / marginal_ping if marginal_ping > 0 else float("nan"), name,
+                         small[name + suffix] / args.small, large[name + suffix] / args.hosts,
+                         (large[name + suffix] / args.hosts) / (small[name + suffix] / args.small)))
     finally:
         if args.keep or args.work:
             print("work directory kept: %s" % work)

@@ -16,7 +16,7 @@ import errno
 import os
 
 from ansible_collections.hypeman.vgpu.plugins.module_utils import (
-    _fileio, _hypeman, _ledger, _metrics, _placement, _proc, _sentinel, _sentinel_mode, _store, _sysfs)
+    _fileio, _hypeman, _ledger, _placement, _proc, _sentinel, _sentinel_mode, _store, _sysfs)
 from ansible_collections.hypeman.vgpu.plugins.module_utils._errors import VgpuError
 
 SEVERITIES = ("critical", "warning", "info")
@@ -158,6 +158,7 @@ def sentinel_section(data_dir, state_dir, store, threshold, mode_option="auto", 
 
 def read_previous_sample(state_dir):
     """``(sample, error)`` of the previous metrics sample the fleet_reconcile role kept in ``state_dir``."""
+    from ansible_collections.hypeman.vgpu.plugins.module_utils import _metrics  # lazy: only with metrics_url
     path = os.path.join(state_dir, _metrics.SAMPLE_FILE)
     try:
         data = _fileio.read_bytes(path, limit=_metrics.SAMPLE_LIMIT, follow=False)
@@ -171,6 +172,8 @@ def read_previous_sample(state_dir):
 
 def metrics_section(url, timeout, state_dir):
     """hypeman's own sentinel numbers from its Prometheus endpoint, and the previous sample to compare."""
+    # Loaded only with metrics_url: it brings http.client, and every host's audit would compile it.
+    from ansible_collections.hypeman.vgpu.plugins.module_utils import _metrics
     read = _metrics.read_sentinel_metrics(url, timeout)
     previous, previous_error = read_previous_sample(state_dir)
     return {"url": url, "error": read["error"], "sample": read["sample"], "previous": previous,
@@ -182,6 +185,7 @@ def finish_metrics_section(section, sentinel, store):
     sample = section["sample"]
     if sample is None:
         return
+    from ansible_collections.hypeman.vgpu.plugins.module_utils import _metrics  # lazy: only with metrics_url
     targets = sentinel["watched_instances"] if sentinel is not None else None
     section["coverage_problems"] = _metrics.coverage_problems(section["previous"], sample, targets)
     if store is not None and store["valid"]:

@@ -24,7 +24,6 @@ import os
 
 from ansible_collections.hypeman.vgpu.plugins.module_utils import _hypeman, _proc, _sysfs
 from ansible_collections.hypeman.vgpu.plugins.module_utils._errors import VgpuError
-from ansible_collections.hypeman.vgpu.plugins.module_utils._sriov import shorten
 
 
 def who(holder):
@@ -136,6 +135,8 @@ def refusal_reasons(culprits):
     ``culprits``: ``{allocated, unreadable_vfs, claimed, unreadable_metadata,
     held_open, card_holders}`` as ``gpu_sriov`` returns them.
     """
+    # Lazy: the audit's placement uses drain_reasons only and need not compile _sriov.
+    from ansible_collections.hypeman.vgpu.plugins.module_utils._sriov import shorten
     reasons = []
     if culprits["allocated"]:
         reasons.append("allocated VF(s) (current_vgpu_type is not 0): %s" % shorten(

@@ -47,7 +47,7 @@ import uuid
 
 from ansible_collections.hypeman.vgpu.plugins.module_utils._errors import VgpuError
 from ansible_collections.hypeman.vgpu.plugins.module_utils._fileio import HostFileError, read_bytes
-from ansible_collections.hypeman.vgpu.plugins.module_utils import _gotime, _safedir
+from ansible_collections.hypeman.vgpu.plugins.module_utils import _gotime
 
 LEDGER_NAME = "ledger.jsonl"
 STATE_DIR_MODE = 0o700  # missing state dirs (and missing parents) get exactly this, whatever the umask
@@ -110,6 +110,8 @@ def _state_dir_error(state_dir, err):
 
 def open_state_dir(state_dir):
     """fd of ``state_dir``, created (with any missing parent) with exactly 0700; never a symlink."""
+    # _safedir is for writers: the audit reads the ledger and need not compile it.
+    from ansible_collections.hypeman.vgpu.plugins.module_utils import _safedir
     try:
         return _safedir.open_dir(state_dir, STATE_DIR_MODE, follow_last=False)
     except OSError as err:
@@ -132,6 +134,7 @@ def append_entries(state_dir, entries):
 
 
 def _append(dir_fd, path, entries):
+    from ansible_collections.hypeman.vgpu.plugins.module_utils import _safedir  # lazy: writers only
     try:
         fd, info = _safedir.open_locked(dir_fd, LEDGER_NAME, path, LEDGER_MODE, append=True)
     except _safedir.OpenFailed as err:

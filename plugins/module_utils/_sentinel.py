@@ -31,7 +31,7 @@ import os
 import re
 import stat
 
-from ansible_collections.hypeman.vgpu.plugins.module_utils import _fileio, _hypeman, _safedir
+from ansible_collections.hypeman.vgpu.plugins.module_utils import _fileio, _hypeman
 from ansible_collections.hypeman.vgpu.plugins.module_utils._errors import VgpuError
 from ansible_collections.hypeman.vgpu.plugins.module_utils._gotime import (
     format_utc_rfc3339nano, from_unix_ns, parse_rfc3339, to_unix_ns)
@@ -476,6 +476,8 @@ class CursorStore(object):
 
     def lock(self):
         """Create the directory and hold an exclusive lock until :meth:`unlock`."""
+        # _safedir only where cursors are written: a read-only scan (the audit) need not compile it.
+        from ansible_collections.hypeman.vgpu.plugins.module_utils import _safedir
         dir_fd = self._open_dir(create=True)
         lock_path = os.path.join(self.directory, ".lock")
         try:
@@ -555,6 +557,7 @@ class CursorStore(object):
         commit serves many cursors instead of one commit each (a full scan of
         a host writes one cursor per instance).
         """
+        from ansible_collections.hypeman.vgpu.plugins.module_utils import _safedir  # lazy: writers only
         dir_fd = self._open_dir(create=True)
         batch = []
         for instance_id, state in items:

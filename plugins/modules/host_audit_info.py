@@ -456,7 +456,7 @@ needs_action:
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.hypeman.vgpu.plugins.module_utils import _audit, _metrics, _wedge
+from ansible_collections.hypeman.vgpu.plugins.module_utils import _audit, _wedge
 from ansible_collections.hypeman.vgpu.plugins.module_utils._errors import VgpuError
 from ansible_collections.hypeman.vgpu.plugins.module_utils._module import (
     run_host_module, shown, store_path)
@@ -476,6 +476,8 @@ def _body(module):
             raise VgpuError("dcgm_units entry %s is not a systemd unit name; expected a name such as "
                             "nvidia-dcgm.service" % shown(unit))
     if params["metrics_url"] is not None:
+        # Lazy: an audit without metrics_url need not compile it (nor load http.client).
+        from ansible_collections.hypeman.vgpu.plugins.module_utils import _metrics
         problem = _metrics.url_problem(params["metrics_url"])
         if problem:
             raise VgpuError(problem)

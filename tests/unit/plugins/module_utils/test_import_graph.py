@@ -72,6 +72,12 @@ KNOWN_CYCLE_EDGES = set()
 # (docs/placement.md, "Performance").
 LAZY_ONLY = {"_api", "_gojson"}
 
+# Helpers a plain audit (host_audit_info without metrics_url, api_url or a broken
+# store) must not load at import time: AnsiballZ ships sources and zipimport
+# compiles each loaded one twice, on every host (docs/performance.md, "Audit
+# cost per host"). Writers, the HTTP clients and gpu_sriov's wording stay lazy.
+AUDIT_NOT_EAGER = {"_api", "_gojson", "_metrics", "_safedir", "_sriov", "_store_write"}
+
 # The only ansible imports module_utils may make (they run on the managed host):
 # the HTTP client, and _module, the AnsibleModule glue, reading the raw arguments.
 ALLOWED_ANSIBLE = {"_api": {"ansible.module_utils.urls"}, "_module": {"ansible.module_utils.basic", "ansible.module_utils"}}
@@ -289,6 +295,26 @@ def test_modules_import_no_plugin_code_but_module_utils():
     assert wrong == [], "modules import the standard library, AnsibleModule and this collection's module_utils only"
 
 
+def eager_closure(imports, kind, name):
+    """The helpers ``kind/name`` loads at import time: module-level imports, followed transitively."""
+    seen, todo = set(), [(kind, name)]
+    while todo:
+        current = todo.pop()
+        for module, names, lazy, _line in imports.get(current, []):
+            for target in module_utils_targets(module, names):
+                if not lazy and target not in seen:
+                    seen.add(target)
+                    todo.append(("module_utils", target))
+    return seen
+
+
+def test_the_audit_loads_no_writer_or_optional_helper_at_import():
+    _helpers, _edges, imports = GRAPH
+    loaded = eager_closure(imports, "modules", "host_audit_info")
+    assert "_audit" in loaded and "_store" in loaded, "the closure is broken: %s" % sorted(loaded)
+    assert sorted(loaded & AUDIT_NOT_EAGER) == []
+
+
 # -- the checks themselves must be able to fail ------------------------------------------------
 
 
@@ -325,3 +351,12 @@ def test_a_self_import_is_a_cycle():
 def test_a_computed_dynamic_import_fails(tmp_path):
     with pytest.raises(AssertionError, match="dynamic import"):
         _tree(tmp_path, {"_a": "import importlib\nimportlib.import_module('x' + 'y')\n"})
+
+
+def test_the_eager_closure_follows_module_level_imports_only(tmp_path):
+    _helpers, _edges, imports = _tree(tmp_path, {
+        "_a": "from %s import _b\ndef f():\n    from %s import _c\n" % (PACKAGE, PACKAGE),
+        "_b": "from ._d import thing\n",
+        "_c": "", "_d": "",
+    }, {"mod": "from %s import _a\n" % PACKAGE})
+    assert eager_closure(imports, "modules", "mod") == {"_a", "_b", "_d"}
