@@ -21,13 +21,9 @@ description:
     C(ELOOP), ...) cannot be looked at. Access is tested with C(access(2)) as the real user, through the
     path, so a symlink's access is that of what it points to.
   - It only reads. Nothing is opened, created or changed.
+extends_documentation_fragment:
+  - hypeman.vgpu.attributes.info_module
 attributes:
-  check_mode:
-    description: Never changes anything, so it runs the same in check mode.
-    support: full
-  diff_mode:
-    description: Returns no diff; it changes nothing.
-    support: N/A
   platform:
     description: Runs on the managed host; standard library only.
     support: full
