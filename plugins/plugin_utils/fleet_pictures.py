@@ -226,9 +226,15 @@ def read_record(path, kind):
     return validate_record(data, kind)
 
 
-def load_history(report_dir, kind, keep):
+def load_history(report_dir, kind, keep, this_run=None):
     """``{records, warnings, expired}``: the newest ``keep - 1`` readable records of ``kind`` (oldest first),
-    one warning per skipped file, and the paths beyond the ``keep`` newest (this run's record counts as one)."""
+    one warning per skipped file, and the paths beyond the ``keep`` newest (this run's record counts as one).
+
+    ``this_run``, this run's record name (:func:`history_name`): a record named
+    after it is dated after this run, written under a clock that was ahead or
+    copied in from elsewhere. It is skipped with a warning, neither compared
+    with nor counted nor deleted (our clock may be the wrong one); left in,
+    it would stay "the previous audit" of every run until its date passed."""
     out = {"records": [], "warnings": [], "expired": []}
     if not report_dir or keep < 1:
         return out
@@ -250,6 +256,12 @@ def load_history(report_dir, kind, keep):
     except OSError as err:
         out["warnings"].append("fleet report history %s cannot be listed: %s" % (directory, err))
         return out
+    if this_run:
+        for name in [name for name in names if name > this_run]:
+            out["warnings"].append("skipped fleet report history file %s: dated after this run (%s); "
+                                   "a clock was ahead when it was written. It is kept: delete it if it is wrong"
+                                   % (os.path.join(directory, name), this_run))
+        names = [name for name in names if name <= this_run]
     # The newest keep - 1 files (this run's record makes keep); every older file of ours is expired.
     for position, name in enumerate(reversed(names)):
         path = os.path.join(directory, name)
@@ -350,11 +362,12 @@ def attach_history(report, report_dir, keep):
     """Add ``report["history"]``: the trend points, the changes, warnings, this run's record file and the
     files to delete. Nothing is written here (the role writes the record and deletes the expired files)."""
     keep = int(keep or 0)
-    loaded = load_history(report_dir, report["kind"], keep)
+    this_run = history_name(report["kind"], report["generated_at"]) if report_dir and keep > 0 else None
+    loaded = load_history(report_dir, report["kind"], keep, this_run)
     view = trends(report, loaded)
     record_file = None
-    if report_dir and keep > 0:
-        record_file = os.path.join(report_dir, HISTORY_SUBDIR, history_name(report["kind"], report["generated_at"]))
+    if this_run:
+        record_file = os.path.join(report_dir, HISTORY_SUBDIR, this_run)
     report["history"] = {"keep": keep, "dir": os.path.join(report_dir, HISTORY_SUBDIR) if report_dir else None,
                          "record_file": record_file, "points": view["points"], "changes": view["changes"],
                          "warnings": loaded["warnings"], "expired": loaded["expired"]}

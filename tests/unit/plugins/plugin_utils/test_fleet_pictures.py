@@ -227,6 +227,24 @@ def test_history_keeps_the_newest_and_skips_what_is_not_ours(tmp_path):
     assert fp.load_history(str(tmp_path), "audit", 0) == {"records": [], "warnings": [], "expired": []}
 
 
+def test_a_record_dated_after_this_run_is_skipped_kept_and_not_counted(tmp_path):
+    history = tmp_path / "history"
+    history.mkdir()
+    for day in ("01", "02", "03"):
+        record = fp.history_record(_report({"a": ([], ["healthy"] * int(day))}, "2026-12-%sT06:00:00Z" % day))
+        _write(str(history), "fleet-audit-202612%sT060000Z.json" % day, fp.to_json(record))
+    future = fp.history_record(_report({"a": (["v"], ["healthy"] * 9)}, "2099-01-01T00:00:00Z"))
+    _write(str(history), "fleet-audit-20990101T000000Z.json", fp.to_json(future))
+    report = fp.attach_history(_report({"a": ([], ["healthy"] * 4)}, "2026-12-04T06:00:00Z"), str(tmp_path), 3)
+    view = report["history"]
+    # Compared with the 3rd (not the future record), the 1st expires, the future one is neither.
+    assert [p["generated_at"][:10] for p in view["points"]] == ["2026-12-02", "2026-12-03", "2026-12-04"]
+    assert [os.path.basename(p) for p in view["expired"]] == ["fleet-audit-20261201T060000Z.json"]
+    assert view["warnings"] == ["skipped fleet report history file %s: dated after this run "
+                                "(fleet-audit-20261204T060000Z.json); a clock was ahead when it was written. "
+                                "It is kept: delete it if it is wrong" % (history / "fleet-audit-20990101T000000Z.json")]
+
+
 HOSTILE = {
     "garbage": b"\x00\xff\xfe not json",
     "not-utf8": b'{"schema": 1, "kind": "audit\xff"}',
