@@ -90,10 +90,12 @@ ansible_test() { # venv-dir ansible-test-args...
 
 sanity() { ansible_test "$1" sanity --venv --python "$2" --color no; }
 units() { ansible_test "$1" units --venv --python "$2" --color no; }
-integration() {
-  local targets=()
-  [ -n "${TARGET:-}" ] && read -r -a targets <<< "$TARGET"
-  ansible_test "$1" integration --local --python "$2" --color no "${targets[@]}"
+integration() { # venv python [target...]: the targets given, else $TARGET's, else every target
+  local venv=$1 python=$2 targets=(); shift 2
+  targets=("$@")
+  [ "${#targets[@]}" -eq 0 ] && [ -n "${TARGET:-}" ] && read -r -a targets <<< "$TARGET"
+  [ "${#targets[@]}" -gt 0 ] && echo "targets: ${targets[*]}"
+  ansible_test "$venv" integration --local --python "$python" --color no "${targets[@]}"
 }
 lint() { in_venv "$repo/.venv" ansible-lint --profile production --strict; }
 changelog_lint() { in_venv "$repo/.venv" antsibull-changelog lint; }
@@ -156,14 +158,9 @@ chunk_targets() {
   for ((i = 0; i < n; i++)); do [ -n "${chunk[i]}" ] && echo "${chunk[i]}"; done
 }
 chunk_seconds() { local t sum=0; for t in $1; do sum=$(( sum + ${target_seconds[$t]:-15} )); done; echo "$sum"; }
-integration_chunk() { # venv python targets...
-  local venv=$1 python=$2; shift 2
-  echo "targets: $*"
-  ansible_test "$venv" integration --local --python "$python" --color no "$@"
-}
 integration_job() { # python chunk-number chunks targets...
   local python=$1 i=$2 n=$3; shift 3
-  matrix_phase "integration ($i/$n)" integration_chunk "$python" "$@"
+  matrix_phase "integration ($i/$n)" integration "$python" "$@"
 }
 
 # --- the job pool ---------------------------------------------------------------
