@@ -456,6 +456,7 @@ needs_action:
 
 from ansible.module_utils.basic import AnsibleModule
 
+from ansible_collections.hypeman.vgpu.plugins.module_utils import _payload_loader  # pylint: disable=unused-import  # first of ours
 from ansible_collections.hypeman.vgpu.plugins.module_utils import _audit, _wedge
 from ansible_collections.hypeman.vgpu.plugins.module_utils._errors import VgpuError
 from ansible_collections.hypeman.vgpu.plugins.module_utils._module import (

@@ -197,6 +197,7 @@ import time
 
 from ansible.module_utils.basic import AnsibleModule
 
+from ansible_collections.hypeman.vgpu.plugins.module_utils import _payload_loader  # pylint: disable=unused-import  # first of ours
 from ansible_collections.hypeman.vgpu.plugins.module_utils import _canary, _hypeman, _placement, _store, _sysfs
 from ansible_collections.hypeman.vgpu.plugins.module_utils._errors import VgpuError
 from ansible_collections.hypeman.vgpu.plugins.module_utils._module import run_host_module, store_path

@@ -191,6 +191,7 @@ api:
 
 from ansible.module_utils.basic import AnsibleModule
 
+from ansible_collections.hypeman.vgpu.plugins.module_utils import _payload_loader  # pylint: disable=unused-import  # first of ours
 from ansible_collections.hypeman.vgpu.plugins.module_utils import _hypeman, _sysfs
 from ansible_collections.hypeman.vgpu.plugins.module_utils._module import run_host_module
 

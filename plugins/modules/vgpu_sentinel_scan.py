@@ -351,6 +351,7 @@ log_evidence_reason:
 
 from ansible.module_utils.basic import AnsibleModule
 
+from ansible_collections.hypeman.vgpu.plugins.module_utils import _payload_loader  # pylint: disable=unused-import  # first of ours
 from ansible_collections.hypeman.vgpu.plugins.module_utils import _hypeman, _sentinel, _sentinel_mode, _store_write
 from ansible_collections.hypeman.vgpu.plugins.module_utils._module import run_host_module, store_path
 

@@ -25,7 +25,7 @@ MODULES_DIR = os.path.join(os.path.dirname(MODULE_UTILS_DIR), "modules")
 
 # Foundation helpers: every helper may import them, and they import no helper
 # (so they can never be part of a cycle).
-FOUNDATION = {"_errors", "_fileio", "_gotime"}
+FOUNDATION = {"_errors", "_fileio", "_gotime", "_payload_loader"}
 
 # Every other module_utils -> module_utils edge the design allows (importer -> imported).
 # A new edge is a design change: add it here and to the table in docs/architecture.md.
@@ -293,6 +293,21 @@ def test_modules_import_no_plugin_code_but_module_utils():
                 continue
             wrong.append("modules/%s.py:%d imports %s" % (name, line, module))
     assert wrong == [], "modules import the standard library, AnsibleModule and this collection's module_utils only"
+
+
+def test_modules_import_the_payload_loader_before_any_other_helper():
+    # Helpers imported before it would be compiled twice by zipimport on every run.
+    _helpers, _edges, imports = GRAPH
+    wrong = []
+    for (kind, name), found in sorted(imports.items()):
+        helper_imports = [(line, module_utils_targets(module, names)) for module, names, lazy, line in found
+                          if not lazy and module_utils_targets(module, names)]
+        if kind != "modules" or not helper_imports:
+            continue
+        line, first = min(helper_imports)
+        if first != ["_payload_loader"]:
+            wrong.append("modules/%s.py:%d imports %s first" % (name, line, ", ".join(first)))
+    assert wrong == [], "a module's first helper import is _payload_loader, alone"
 
 
 def eager_closure(imports, kind, name):
