@@ -104,6 +104,28 @@ def fleet_policy_check(policies):
         raise AnsibleFilterError(str(err))
 
 
+def fleet_hosts_overriding(hostvars, hosts, expected):
+    """The hosts whose own variables give any name in ``expected`` another value than ``expected`` does.
+
+    A host whose variables cannot be read counts as overriding: the caller then
+    evaluates that host in its own context, where the error shows.
+    """
+    if not isinstance(expected, Mapping):
+        raise AnsibleFilterError("fleet_hosts_overriding: expected %r; expected a mapping of variable names to values"
+                                 % (expected,))
+    wanted = [(name, _plain(value)) for name, value in expected.items()]
+    overriding = []
+    for host in hosts:
+        try:
+            host_vars = hostvars[host] if host in hostvars else {}
+            differs = any(name in host_vars and _plain(host_vars[name]) != value for name, value in wanted)
+        except Exception:  # pylint: disable=broad-except  # a host var that fails to template
+            differs = True
+        if differs:
+            overriding.append(str(host))
+    return overriding
+
+
 def _names(value):
     """A list, or a comma- or newline-separated string (AWX multiselect surveys send one)."""
     if isinstance(value, str):
@@ -130,6 +152,7 @@ class FilterModule(object):
     def filters(self):
         return {
             "fleet_host_entry": fleet_host_entry,
+            "fleet_hosts_overriding": fleet_hosts_overriding,
             "fleet_report": fleet_report,
             "fleet_render": fleet_render,
             "fleet_policy_check": fleet_policy_check,

@@ -33,6 +33,10 @@ check policy --report "$work/audit/fleet-audit.json"
 # (creating the report directory is the job's output, not a change).
 playbook hypeman.vgpu.audit --check -e audit_report_dir="$work/audit-check" | tee "$work/audit-check.log"
 grep -E 'changed=[1-9]' "$work/audit-check.log" && { echo "FAIL: the check-mode audit reports a change"; exit 1; }
+# No host needs an extra here: the per-host play ends once for all hosts, no host reaches the extras.
+grep -q 'End the play when no host needs the extras' "$work/audit-check.log"
+grep -q 'Keep the metrics sample and the result for a separate report job' "$work/audit-check.log" \
+  && { echo "FAIL: hosts went on to the extras though none needs them"; exit 1; }
 fixture checksum --dir "$work" > "$work/tree-2.json"
 check same-tree "$work/tree-0.json" "$work/tree-2.json"
 check same-report "$work/audit/fleet-audit.json" "$work/audit-check/fleet-audit.json"
@@ -71,6 +75,19 @@ grep -E 'changed=[1-9]' "$work/prom-again.log" && { echo "FAIL: rewriting unchan
 grep -q 'skipped fleet report history file .*fleet-audit-20000102T000000Z.json' "$work/prom-again.log"
 check history --report "$work/prom-report/fleet-audit.json" --points 2 \
   --skipped fleet-audit-20000102T000000Z.json --deleted fleet-audit-20000101T000000Z.json
+for dir in "$work"/hosts/*/; do rm -rf "$dir/prom"; done
+# The setting on one host only (its own inventory variable): the play cannot end for all hosts at
+# once, each host decides for itself; that host gets its textfile, no other host one.
+for dir in "$work"/hosts/*/; do mkdir -p "$dir/prom"; done
+"$py" -c 'import json, sys
+inventory = json.load(open(sys.argv[1]))
+inventory["all"]["hosts"]["ok-000"]["audit_prometheus_dir"] = sys.argv[3]
+json.dump(inventory, open(sys.argv[2], "w"))' "$work/inventory.json" "$work/inventory-one-prom.json" "$prom_dir"
+ansible-playbook -i "$work/inventory-one-prom.json" hypeman.vgpu.audit -e audit_report_dir="$work/one-prom" \
+  | tee "$work/one-prom.log"
+grep -q 'Keep the metrics sample and the result for a separate report job' "$work/one-prom.log"
+test -s "$work/hosts/ok-000/prom/hypeman_vgpu.prom"
+test "$(find "$work"/hosts/*/prom -type f | wc -l)" = 1
 for dir in "$work"/hosts/*/; do rm -rf "$dir/prom"; done
 
 # Reconcile in check mode: plans the repairs, changes nothing.

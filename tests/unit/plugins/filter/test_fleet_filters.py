@@ -5,6 +5,7 @@
 from __future__ import annotations
 
 import pytest
+from hypothesis import given, settings, strategies as st
 
 from ansible.errors import AnsibleFilterError
 
@@ -18,7 +19,7 @@ def entry(host, audited_at="2026-09-01T10:00:00Z"):
 
 def test_filters_are_registered():
     assert sorted(fleet.FilterModule().filters()) == [
-        "fleet_host_entry", "fleet_policy_check", "fleet_render", "fleet_repair_plan", "fleet_report",
+        "fleet_host_entry", "fleet_hosts_overriding", "fleet_policy_check", "fleet_render", "fleet_repair_plan", "fleet_report",
         "hypeman_config_threshold"]
 
 
@@ -75,3 +76,45 @@ def test_repairs_from_a_survey_string():
 def test_entry_from_the_fact_cache_namespace():
     hostvars = {"cached": {"ansible_facts": {"fleet_reconcile_entry": entry("cached")}}}
     assert fleet.fleet_report(hostvars, ["cached"])["hosts"][0]["status"] == "ok"
+
+
+class _BrokenVars(dict):
+    """A host whose variable fails to template when read."""
+
+    def __getitem__(self, name):
+        raise ValueError("template error in %s" % name)
+
+
+def test_hosts_overriding_lists_only_hosts_that_define_another_value():
+    hostvars = {"same": {"audit_prometheus_dir": ""}, "unset": {"ansible_host": "10.0.0.1"},
+                "other": {"audit_prometheus_dir": "/srv/prom"}, "typed": {"audit_cache_results": "false"},
+                "broken": _BrokenVars(audit_prometheus_dir="{{ nope }}")}
+    expected = {"audit_prometheus_dir": "", "audit_cache_results": False}
+    hosts = ["same", "unset", "other", "typed", "broken", "not-in-hostvars"]
+    # A string "false" is another value than False: the host is evaluated on its own (the safe side).
+    assert fleet.fleet_hosts_overriding(hostvars, hosts, expected) == ["other", "typed", "broken"]
+    assert fleet.fleet_hosts_overriding(hostvars, [], expected) == []
+    # Nothing to compare: no host is read, so none is listed (not even the broken one).
+    assert fleet.fleet_hosts_overriding(hostvars, hosts, {}) == []
+    with pytest.raises(AnsibleFilterError, match="fleet_hosts_overriding: expected .*mapping"):
+        fleet.fleet_hosts_overriding(hostvars, hosts, ["audit_prometheus_dir"])
+
+
+_VALUES = st.one_of(st.none(), st.booleans(), st.integers(-3, 3), st.sampled_from(["", "/srv/prom", "false"]))
+_NAMES = st.sampled_from(["a", "b", "c"])
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.dictionaries(st.sampled_from(["h1", "h2", "h3", "h4"]), st.dictionaries(_NAMES, _VALUES, max_size=3),
+                       max_size=4),
+       st.dictionaries(_NAMES, _VALUES, max_size=3))
+def test_hosts_overriding_is_exactly_the_hosts_that_would_decide_differently(hostvars, expected):
+    # Property: a host is listed if and only if one of the names has a value of its own that differs;
+    # every other host would see exactly the expected values (so deciding for all of them once is exact).
+    hosts = ["h1", "h2", "h3", "h4"]
+    listed = fleet.fleet_hosts_overriding(hostvars, hosts, expected)
+    for host in hosts:
+        own = hostvars.get(host, {})
+        seen = dict((name, own.get(name, value)) for name, value in expected.items())
+        assert (host in listed) == (seen != expected), (host, own, expected)
+    assert listed == [h for h in hosts if h in listed]
