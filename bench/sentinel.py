@@ -28,7 +28,7 @@ import sys
 import tempfile
 import time
 
-from ansible_collections.hypeman.vgpu.plugins.module_utils import _hypeman, _sentinel
+from ansible_collections.hypeman.vgpu.plugins.module_utils import _hypeman, _sentinel_write
 from ansible_collections.hypeman.vgpu.tests.sim import guestlog
 from ansible_collections.hypeman.vgpu.tests.sim.hosttree import HostTree
 
@@ -119,18 +119,18 @@ def main(argv=None):
 
         def full_scan():
             state_dir = os.path.join(state_root, "s%d" % next(fresh_dirs))  # no cursors: read everything
-            report = _sentinel.run(instances, unreadable, log_dir, state_dir)[0]
+            report = _sentinel_write.run(instances, unreadable, log_dir, state_dir)[0]
             return state_dir, report
 
         def rescan(state_dir):
             def run():
-                return _sentinel.run(instances, unreadable, log_dir, state_dir)[0]
+                return _sentinel_write.run(instances, unreadable, log_dir, state_dir)[0]
             return run
 
         def module_rescan(state_dir):
             def run():
                 found, bad = listing()
-                return _sentinel.run(found, bad, log_dir, state_dir)[0]
+                return _sentinel_write.run(found, bad, log_dir, state_dir)[0]
             return run
 
         grep()  # warm the page cache for both contenders

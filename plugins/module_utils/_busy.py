@@ -11,11 +11,15 @@ An SR-IOV change also needs every VF free of a vGPU and the card's own
 ``/dev/nvidia<minor>`` node unheld (else ``sriov-manage`` fails with
 ``Cannot obtain unbindLock``).
 
-Two readers word it: :func:`drain_reasons` (what a drain waits for, per card
-in ``vgpu_placement_info``'s ``busy_reasons``, read by the ``gpu_drain`` role)
-and :func:`refusal_reasons` (why ``gpu_sriov`` refuses). Both build on the
-same claims (:func:`vf_claims`, through ``_hypeman.instance_vf``) and the same
-holder scan (:func:`scan_card`, also behind ``gpu_holders_info``).
+Two readers word it: :func:`refusal_reasons` here (why ``gpu_sriov``
+refuses) and ``_placement.drain_reasons`` (what a drain waits for, per card
+in ``vgpu_placement_info``'s ``busy_reasons``, read by the ``gpu_drain``
+role; it lives there because every audit words it, and this helper's scans
+serve only the modules that change a card). Claims go through
+:func:`vf_claims` (``_hypeman.instance_vf``), holders through
+:func:`scan_card`, also behind ``gpu_holders_info``: a card's nodes
+(:func:`card_nodes`) and which processes of ``_proc.scan_device_holders``
+hold them (:func:`holders_of_nodes`).
 """
 
 from __future__ import annotations
@@ -34,17 +38,93 @@ def who(holder):
     return "pid %d (%s)" % (holder["pid"], ", ".join(parts))
 
 
+def nvidia_minor(proc_root, address):
+    """The ``/dev/nvidia<N>`` minor of a GPU from the driver's ``information`` file, or None."""
+    text = _proc.optional_text(os.path.join(proc_root, "driver", "nvidia", "gpus", address, "information"))
+    if text is None:
+        return None
+    for line in text.splitlines():
+        key, _sep, value = line.partition(":")
+        if key.strip() == "Device Minor":
+            return _proc.small_uint(value.strip())
+    return None
+
+
+def card_node_kind(rel_path, minor):
+    """How a node (relative to dev_root) relates to one card with ``minor``.
+
+    ``card`` for its own ``nvidia<minor>`` (any ``nvidia<N>`` when the minor
+    is unknown), ``shared`` for control nodes every card uses
+    (``nvidiactl``, ``nvidia-uvm``, ``nvidia-caps/*``, ...), ``other`` for
+    another card's node, ``vfio`` for VFIO nodes (matched per VF by callers).
+    """
+    if rel_path.startswith("vfio/"):
+        return "vfio"
+    rest = rel_path[len(_proc.CARD_NODE_PREFIX):]
+    number = _proc.small_uint(rest)
+    if number is not None:
+        return "card" if minor is None or number == minor else "other"
+    return "shared"
+
+
+def card_nodes(sysfs_root, proc_root, dev_root, address):
+    """The device nodes that belong to one card.
+
+    Returns ``{minor, card, vfio, errors}``: ``card`` is ``<dev_root>/nvidia<minor>``
+    (None when the minor is unknown: then every ``nvidia<N>`` node counts),
+    ``vfio`` the VFIO nodes of the card and each of its VFs (``virtfn*``),
+    ``errors`` what could not be read.
+    """
+    minor = nvidia_minor(proc_root, address)
+    parent = _sysfs.read_parent(sysfs_root, address)
+    errors = list(parent["errors"])
+    vfio = set()
+    for function in [address] + [v["address"] for v in parent["virtfns"]]:
+        paths, probe_errors = _sysfs.vfio_nodes(sysfs_root, dev_root, function)
+        vfio.update(paths)
+        errors.extend(probe_errors)
+    card = os.path.join(dev_root, "%s%d" % (_proc.CARD_NODE_PREFIX, minor)) if minor is not None else None
+    return {"minor": minor, "card": card, "vfio": sorted(vfio), "errors": errors, "exists": parent["exists"]}
+
+
+def holders_of_nodes(holders, nodes, dev_root, include_shared=True):
+    """Holders (from ``_proc.scan_device_holders``) of one card's nodes (from :func:`card_nodes`).
+
+    Each kept holder gets ``card_paths`` (its own ``nvidia<minor>`` and VFIO
+    nodes) and ``shared_only`` (it holds only control nodes every card uses,
+    such as ``nvidiactl``). Holders of other cards' nodes only are dropped.
+    """
+    prefix = dev_root.rstrip("/") + "/"
+    vfio = set(nodes["vfio"])
+    kept = []
+    for holder in holders:
+        own, shared = [], []
+        for path in holder["paths"]:
+            kind = card_node_kind(path[len(prefix):], nodes["minor"]) if path.startswith(prefix) else "other"
+            if kind == "card" or (kind == "vfio" and path in vfio):
+                own.append(path)
+            elif kind == "shared":
+                shared.append(path)
+        if own or (shared and include_shared):
+            entry = dict(holder)
+            entry["paths"] = sorted(own + shared)
+            entry["card_paths"] = sorted(own)
+            entry["shared_only"] = not own
+            kept.append(entry)
+    return kept
+
+
 def card_holders(sysfs_root, proc_root, dev_root, address, vf_addresses=(), include_shared=True):
     """Processes holding one card's nodes: ``(nodes, holders, vf_of_node, unreadable)``.
 
-    ``nodes`` is :func:`_proc.card_nodes` with the VFIO nodes of
+    ``nodes`` is :func:`card_nodes` with the VFIO nodes of
     ``vf_addresses`` added (VFs that lost their ``virtfn`` link still count);
-    ``holders`` are :func:`_proc.card_holders` entries; ``vf_of_node`` maps a
+    ``holders`` are :func:`holders_of_nodes` entries; ``vf_of_node`` maps a
     VF's VFIO node to the VF; ``unreadable`` lists ``{vf, error}`` for what
     could not be read (fail closed). ``nodes["exists"]`` is false when there
     is no such PCI device (then nothing is scanned).
     """
-    nodes = _proc.card_nodes(sysfs_root, proc_root, dev_root, address)
+    nodes = card_nodes(sysfs_root, proc_root, dev_root, address)
     if not nodes["exists"]:
         return nodes, [], {}, []  # no such device: nothing to scan /proc for
     unreadable = [{"vf": None, "error": err} for err in nodes["errors"]]
@@ -55,7 +135,7 @@ def card_holders(sysfs_root, proc_root, dev_root, address, vf_addresses=(), incl
         vf_of_node.update((path, vf) for path in paths)
     nodes["vfio"] = sorted(set(nodes["vfio"]) | set(vf_of_node))
     scanned = _proc.scan_device_holders(proc_root, dev_root)
-    return nodes, _proc.card_holders(scanned, nodes, dev_root, include_shared), vf_of_node, unreadable
+    return nodes, holders_of_nodes(scanned, nodes, dev_root, include_shared), vf_of_node, unreadable
 
 
 def scan_card(sysfs_root, proc_root, dev_root, address, vf_addresses, shared=False):
@@ -108,25 +188,6 @@ def vf_claims(sysfs_root, data_dir, card_vfs):
             claimed.append({"vf": vf, "instance_id": inst["id"], "name": inst["name"],
                             "claim_field": inst["claim_field"], "metadata_path": inst["metadata_path"]})
     return claimed, unreadable
-
-
-def drain_reasons(live_instances, instances, held_open, unreadable_metadata):
-    """What a drain of the card waits for, one line each (``vgpu_placement_info``'s ``busy_reasons``).
-
-    ``live_instances`` / ``instances``: ids of instances claiming a VF of the
-    card (live ones, all); ``held_open``: how many of its VFs are held open,
-    None when that cannot be told; ``unreadable_metadata``: ``{path, ...}`` of
-    every metadata file that cannot be read (any may claim a VF of the card).
-    """
-    reasons = ["live instance %s" % inst for inst in live_instances]
-    reasons.extend("claim in the metadata of stopped instance %s" % inst
-                   for inst in instances if inst not in live_instances)
-    if held_open:
-        reasons.append("%d VF(s) held open" % held_open)
-    elif held_open is None:
-        reasons.append("whether VFs are held open cannot be told")
-    reasons.extend("unreadable instance metadata %s" % entry["path"] for entry in unreadable_metadata)
-    return reasons
 
 
 def refusal_reasons(culprits):

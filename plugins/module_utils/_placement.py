@@ -15,9 +15,8 @@ Unknown is never reported as safe: a VF whose open-handle check failed is
 
 from __future__ import annotations
 
-from ansible_collections.hypeman.vgpu.plugins.module_utils import _busy, _hypeman, _proc, _store, _sysfs
+from ansible_collections.hypeman.vgpu.plugins.module_utils import _hypeman, _proc, _store, _sysfs
 from ansible_collections.hypeman.vgpu.plugins.module_utils._errors import VgpuError
-from ansible_collections.hypeman.vgpu.plugins.module_utils._govalues import go_quote
 
 DISABLED_PREFIX = "VF health state unavailable: "
 
@@ -112,6 +111,25 @@ def compute(discovery, parents, instances, unreadable_metadata, quarantine, vf_n
     """
     return _Placement(discovery, parents, instances, unreadable_metadata, quarantine, vf_nodes or {},
                       open_paths, open_error).result(profile)
+
+
+def drain_reasons(live_instances, instances, held_open, unreadable_metadata):
+    """What a drain of the card waits for, one line each (``vgpu_placement_info``'s ``busy_reasons``).
+
+    ``live_instances`` / ``instances``: ids of instances claiming a VF of the
+    card (live ones, all); ``held_open``: how many of its VFs are held open,
+    None when that cannot be told; ``unreadable_metadata``: ``{path, ...}`` of
+    every metadata file that cannot be read (any may claim a VF of the card).
+    """
+    reasons = ["live instance %s" % inst for inst in live_instances]
+    reasons.extend("claim in the metadata of stopped instance %s" % inst
+                   for inst in instances if inst not in live_instances)
+    if held_open:
+        reasons.append("%d VF(s) held open" % held_open)
+    elif held_open is None:
+        reasons.append("whether VFs are held open cannot be told")
+    reasons.extend("unreadable instance metadata %s" % entry["path"] for entry in unreadable_metadata)
+    return reasons
 
 
 class _Placement(object):
@@ -237,7 +255,7 @@ class _Placement(object):
                 for vf in self.vfs:
                     if vf["allocated"]:
                         continue
-                    count += _mdev_available(vf, prof["id"])
+                    count += _sysfs.mdev_available(vf, prof["id"])
                 out.append({"name": prof["name"], "framebuffer_mb": prof["framebuffer_mb"], "available": count})
             return out
         available = {}
@@ -251,7 +269,7 @@ class _Placement(object):
                 for p in profiles]
 
     # -- cards -----------------------------------------------------------------------------
-    def _usage(self):
+    def usage(self):
         """GPU -> (framebuffer MB in use, usage fully known), as hypeman computes load."""
         usage, unknown = {}, set()
         if self.framework == _sysfs.FRAMEWORK_MDEV:
@@ -272,7 +290,7 @@ class _Placement(object):
                     usage[vf["parent"]] = usage.get(vf["parent"], 0) + prof["framebuffer_mb"]
         return usage, unknown
 
-    def _rank_key(self, gpu, quarantined_by_gpu, usage, unknown):
+    def rank_key(self, gpu, quarantined_by_gpu, usage, unknown):
         if self.framework == _sysfs.FRAMEWORK_MDEV:
             return (usage.get(gpu, 0), gpu or "")
         return (quarantined_by_gpu.get(gpu, 0), gpu in unknown, usage.get(gpu, 0), gpu or "")
@@ -285,9 +303,9 @@ class _Placement(object):
         for entry in self.discovery.unreadable:
             unreadable_by_gpu.setdefault(entry.get("parent"), []).append(entry["address"])
         addresses = set(by_gpu) | set(self.parents) | set(unreadable_by_gpu)
-        usage, unknown = self._usage()
+        usage, unknown = self.usage()
         quarantined_by_gpu = dict((gpu, sum(1 for v in views if v["quarantined"])) for gpu, views in by_gpu.items())
-        ranked = sorted((g for g in by_gpu), key=lambda g: self._rank_key(g, quarantined_by_gpu, usage, unknown))
+        ranked = sorted((g for g in by_gpu), key=lambda g: self.rank_key(g, quarantined_by_gpu, usage, unknown))
         rank = dict((gpu, index + 1) for index, gpu in enumerate(ranked))
         gpus = []
         for gpu in sorted(addresses, key=lambda a: a or ""):
@@ -341,7 +359,7 @@ class _Placement(object):
                             % len(self.unreadable_metadata))
         if gpu is None:
             blockers.append("VFs without a readable physfn link: parent unknown")
-        busy_reasons = _busy.drain_reasons(sorted(set(live)), instances, held_open, self.unreadable_metadata)
+        busy_reasons = drain_reasons(sorted(set(live)), instances, held_open, self.unreadable_metadata)
         return {
             "address": gpu,
             "vendor_id": parent.get("vendor_id"),
@@ -372,107 +390,6 @@ class _Placement(object):
             "errors": list(parent.get("errors", [])),
         }
 
-    # -- what-if (docs/hypeman-interface.md §2.1) --------------------------------------------
-    def _candidates(self, profile, slots):
-        out = {"profile": profile, "type_id": None, "framebuffer_mb": None, "gpu": None, "vfs": [],
-               "clean": None, "ranking": [], "reason": None}
-        if self.framework == _sysfs.FRAMEWORK_NONE:
-            out["reason"] = "vGPU framework not available"
-            return out
-        if not self.quarantine.available:
-            out["reason"] = "vGPU placement is disabled: %s" % self.quarantine.reason
-            return out
-        if slots["allocatable"] == 0:
-            out["reason"] = "no allocatable vgpu slots"
-            return out
-        if self.framework == _sysfs.FRAMEWORK_MDEV:
-            return self._mdev_candidates(profile, out)
-        if self.unreadable_metadata:
-            first = self.unreadable_metadata[0]
-            out["reason"] = "list instances for vGPU allocation: %s: %s" % (first["path"], first["error"])
-            return out
-        requested = self.profiles_by_name.get(profile)
-        if requested is None:
-            if not self.profiles_by_name and self.vfs:
-                out["reason"] = ("no creatable vGPU profiles on any VF (GPUs at capacity or dirty VFs consuming "
-                                 "framebuffer): profile %s" % go_quote(profile))
-            else:
-                out["reason"] = ("profile %s is not creatable on any VF (unknown profile or insufficient capacity)"
-                                 % go_quote(profile))
-            return self._with_dirty_note(out)
-        out["type_id"] = int(requested["id"])
-        out["framebuffer_mb"] = requested["framebuffer_mb"]
-        usage, unknown = self._usage()
-        type_id = requested["id"]
-        advertises = dict((vf["address"], set(p["id"] for p in vf.get("creatable") or [])) for vf in self.vfs)
-        parent_advertises = set(vf["parent"] for vf in self.vfs if type_id in advertises[vf["address"]])
-        quarantined_by_gpu, free_by_gpu = {}, {}
-        for vf in self.vfs:
-            if vf["address"] in self.quarantine.quarantined:
-                quarantined_by_gpu[vf["parent"]] = quarantined_by_gpu.get(vf["parent"], 0) + 1
-                continue
-            if vf["address"] in self.claims:
-                continue
-            direct = type_id in advertises[vf["address"]]
-            repairable = vf["allocated"] and (vf["current_type"] == type_id or vf["parent"] in parent_advertises)
-            if direct or repairable:
-                free_by_gpu.setdefault(vf["parent"], []).append(vf)
-        for gpu in free_by_gpu:
-            free_by_gpu[gpu].sort(key=lambda v: (v["allocated"], v["address"]))
-        order = sorted(free_by_gpu, key=lambda g: self._rank_key(g, quarantined_by_gpu, usage, unknown))
-        out["ranking"] = [{"gpu": gpu, "quarantined": quarantined_by_gpu.get(gpu, 0), "usage_known": gpu not in unknown,
-                           "framebuffer_used_mb": usage.get(gpu, 0), "candidates": len(free_by_gpu[gpu])}
-                          for gpu in order]
-        if not order:
-            out["reason"] = "no available VF for profile %s" % go_quote(profile)
-            return self._with_dirty_note(out)
-        winners = free_by_gpu[order[0]]
-        leading = [v for v in winners if v["allocated"] == winners[0]["allocated"]]
-        out["gpu"] = order[0]
-        out["vfs"] = [v["address"] for v in leading]
-        out["clean"] = not leading[0]["allocated"]
-        return out
-
-    def _with_dirty_note(self, out):
-        dirty = [vf["address"] for vf in self.vfs if vf["allocated"] and vf["address"] not in self.claims]
-        if dirty:
-            out["reason"] += ("; hypeman first resets %d dirty unclaimed VF(s) (%s) when nothing holds them open, "
-                              "then retries" % (len(dirty), ", ".join(dirty)))
-        return out
-
-    def _mdev_candidates(self, profile, out):
-        """hypeman's mdev CreateMdev: least framebuffer in use first, the first free VF that can create it."""
-        if not self.vfs:
-            out["reason"] = "no VFs available"
-            return out
-        first = self.vfs[0]["address"]
-        prof = None
-        for candidate in self.discovery.mdev_profiles:
-            if candidate["name"] == profile:
-                prof = candidate
-                break
-        if prof is None:
-            out["reason"] = "profile %s not found (on VF %s)" % (go_quote(profile), first)
-            return out
-        out["type_id"] = prof["id"]
-        out["framebuffer_mb"] = prof["framebuffer_mb"]
-        usage, _unknown = self._usage()
-        gpus = sorted(set(vf["parent"] for vf in self.vfs), key=lambda g: (usage.get(g, 0), g or ""))
-        for gpu in gpus:
-            free = [vf for vf in self.vfs if vf["parent"] == gpu and not vf["allocated"]
-                    and _mdev_available(vf, prof["id"]) >= 1]
-            out["ranking"].append({"gpu": gpu, "quarantined": 0, "usage_known": True,
-                                   "framebuffer_used_mb": usage.get(gpu, 0), "candidates": len(free)})
-        for entry in out["ranking"]:
-            if entry["candidates"]:
-                gpu = entry["gpu"]
-                vf = [v for v in self.vfs if v["parent"] == gpu and not v["allocated"]
-                      and _mdev_available(v, prof["id"]) >= 1][0]
-                out["gpu"], out["vfs"], out["clean"] = gpu, [vf["address"]], True
-                return out
-        out["reason"] = "no available VF for profile %s" % go_quote(profile)
-        return out
-
     # -- result ------------------------------------------------------------------------------
     def result(self, profile):
         vf_views = [self._vf_view(vf) for vf in self.vfs]
@@ -493,13 +410,7 @@ class _Placement(object):
             "passthrough": None,
         }
         if profile is not None:
-            result["candidates"] = self._candidates(profile, slots)
+            # Lazy: only a what-if for a profile lists candidates (never the audit).
+            from ansible_collections.hypeman.vgpu.plugins.module_utils import _placement_whatif
+            result["candidates"] = _placement_whatif.candidates(self, profile, slots)
         return result
-
-
-def _mdev_available(vf, type_name):
-    """An mdev VF's ``available_instances`` for a type (0 when it cannot create it)."""
-    for prof in vf.get("creatable") or []:
-        if prof["id"] == type_name:
-            return prof.get("available", 1)
-    return 0

@@ -8,7 +8,6 @@ from __future__ import annotations
 import errno
 import os
 
-from ansible_collections.hypeman.vgpu.plugins.module_utils import _sysfs
 from ansible_collections.hypeman.vgpu.plugins.module_utils._errors import VgpuError
 from ansible_collections.hypeman.vgpu.plugins.module_utils._fileio import read_bytes
 
@@ -111,7 +110,7 @@ def unit_from_cgroup(text):
     return None
 
 
-def _optional_text(path):
+def optional_text(path):
     """File text, or None when unreadable (identity details are informative only)."""
     try:
         return _read_proc_file(path).decode("utf-8", "replace")
@@ -161,9 +160,9 @@ def scan_device_holders(proc_root, dev_root, details=True):
             holders.append({"pid": int(name), "paths": sorted(paths)})
             continue
         base = os.path.join(proc_root, name)
-        comm = _optional_text(os.path.join(base, "comm"))
-        cmdline = _optional_text(os.path.join(base, "cmdline"))
-        cgroup = _optional_text(os.path.join(base, "cgroup"))
+        comm = optional_text(os.path.join(base, "comm"))
+        cmdline = optional_text(os.path.join(base, "cmdline"))
+        cgroup = optional_text(os.path.join(base, "cgroup"))
         holders.append({
             "pid": int(name),
             "command": comm.rstrip("\n") if comm is not None else None,
@@ -172,79 +171,3 @@ def scan_device_holders(proc_root, dev_root, details=True):
             "paths": sorted(paths),
         })
     return holders
-
-
-def nvidia_minor(proc_root, address):
-    """The ``/dev/nvidia<N>`` minor of a GPU from the driver's ``information`` file, or None."""
-    text = _optional_text(os.path.join(proc_root, "driver", "nvidia", "gpus", address, "information"))
-    if text is None:
-        return None
-    for line in text.splitlines():
-        key, _sep, value = line.partition(":")
-        if key.strip() == "Device Minor":
-            return small_uint(value.strip())
-    return None
-
-
-def card_node_kind(rel_path, minor):
-    """How a node (relative to dev_root) relates to one card with ``minor``.
-
-    ``card`` for its own ``nvidia<minor>`` (any ``nvidia<N>`` when the minor
-    is unknown), ``shared`` for control nodes every card uses
-    (``nvidiactl``, ``nvidia-uvm``, ``nvidia-caps/*``, ...), ``other`` for
-    another card's node, ``vfio`` for VFIO nodes (matched per VF by callers).
-    """
-    if rel_path.startswith("vfio/"):
-        return "vfio"
-    rest = rel_path[len(CARD_NODE_PREFIX):]
-    number = small_uint(rest)
-    if number is not None:
-        return "card" if minor is None or number == minor else "other"
-    return "shared"
-
-
-def card_nodes(sysfs_root, proc_root, dev_root, address):
-    """The device nodes that belong to one card.
-
-    Returns ``{minor, card, vfio, errors}``: ``card`` is ``<dev_root>/nvidia<minor>``
-    (None when the minor is unknown: then every ``nvidia<N>`` node counts),
-    ``vfio`` the VFIO nodes of the card and each of its VFs (``virtfn*``),
-    ``errors`` what could not be read.
-    """
-    minor = nvidia_minor(proc_root, address)
-    parent = _sysfs.read_parent(sysfs_root, address)
-    errors = list(parent["errors"])
-    vfio = set()
-    for function in [address] + [v["address"] for v in parent["virtfns"]]:
-        paths, probe_errors = _sysfs.vfio_nodes(sysfs_root, dev_root, function)
-        vfio.update(paths)
-        errors.extend(probe_errors)
-    card = os.path.join(dev_root, "%s%d" % (CARD_NODE_PREFIX, minor)) if minor is not None else None
-    return {"minor": minor, "card": card, "vfio": sorted(vfio), "errors": errors, "exists": parent["exists"]}
-
-
-def card_holders(holders, nodes, dev_root, include_shared=True):
-    """Holders (from :func:`scan_device_holders`) of one card's nodes (from :func:`card_nodes`).
-
-    Each kept holder gets ``card_paths`` (its own ``nvidia<minor>`` and VFIO
-    nodes) and ``shared_only`` (it holds only control nodes every card uses,
-    such as ``nvidiactl``). Holders of other cards' nodes only are dropped.
-    """
-    prefix = dev_root.rstrip("/") + "/"
-    vfio = set(nodes["vfio"])
-    kept = []
-    for holder in holders:
-        own, shared = [], []
-        for path in holder["paths"]:
-            kind = card_node_kind(path[len(prefix):], nodes["minor"]) if path.startswith(prefix) else "other"
-            if kind == "card" or (kind == "vfio" and path in vfio):
-                own.append(path)
-            elif kind == "shared":
-                shared.append(path)
-        if own or (shared and include_shared):
-            entry = dict(holder)
-            entry["paths"] = sorted(own + shared)
-            entry["card_paths"] = sorted(own)
-            entry["shared_only"] = not own
-            kept.append(entry)
-    return kept

@@ -414,9 +414,10 @@ class CursorStore(object):
     """Per-instance cursor files ``<state_dir>/sentinel/<instance_id>.json``.
 
     The directory is opened once without following a symlink, and every file
-    operation is relative to that descriptor. Each file is replaced
-    atomically (fixed temp name ``.<id>.tmp`` under the lock, fsync, rename,
-    directory fsync), mode 0600 in a 0700 directory whatever the umask. A
+    operation is relative to that descriptor. This class reads them;
+    ``_sentinel_write.CursorWriter`` locks the directory and replaces each
+    file atomically (fixed temp name ``.<id>.tmp`` under the lock, fsync,
+    rename, directory fsync), mode 0600 in a 0700 directory whatever the umask. A
     file that cannot be read, parsed or validated (any kind of file, any
     content) is rebuilt from scratch with a warning, never a crash: the worst
     case is reading logs again, and the store deduplicates per assignment.
@@ -425,7 +426,6 @@ class CursorStore(object):
     def __init__(self, state_dir):
         self.state_dir = state_dir
         self.directory = os.path.join(state_dir, STATE_SUBDIR)
-        self._lock_fd = None
         self._dir_fd = None
         self._opened = False
 
@@ -474,37 +474,6 @@ class CursorStore(object):
         self._opened = True
         return fd
 
-    def lock(self):
-        """Create the directory and hold an exclusive lock until :meth:`unlock`."""
-        # _safedir only where cursors are written: a read-only scan (the audit) need not compile it.
-        from ansible_collections.hypeman.vgpu.plugins.module_utils import _safedir
-        dir_fd = self._open_dir(create=True)
-        lock_path = os.path.join(self.directory, ".lock")
-        try:
-            fd, _info = _safedir.open_locked(dir_fd, ".lock", lock_path, 0o600, exact_mode=True)
-        except _safedir.OpenFailed as err:
-            raise self._error(err)
-        except _safedir.NotRegularFile as err:
-            raise CursorDirError("cannot lock sentinel state directory %s: %s %s"
-                                 % (self.directory, lock_path, err.strerror), state_dir=self.state_dir)
-        except OSError as err:  # another run holds it for the whole (bounded) wait, or flock failed
-            raise CursorDirError("cannot lock sentinel state directory %s: %s"
-                                 % (self.directory, err.strerror or err), state_dir=self.state_dir)
-        self._lock_fd = fd
-        for name in os.listdir(dir_fd):
-            if name.startswith(".") and name.endswith(".tmp"):  # left by a run killed mid-write
-                try:
-                    os.unlink(name, dir_fd=dir_fd)
-                except OSError:
-                    pass
-
-    def unlock(self):
-        """Release the lock and close the directory."""
-        if self._lock_fd is not None:
-            os.close(self._lock_fd)
-            self._lock_fd = None
-        self.close()
-
     def close(self):
         """Close the directory (it is opened again when needed)."""
         if self._dir_fd is not None:
@@ -545,50 +514,6 @@ class CursorStore(object):
                           % path)
         return state, None
 
-    def save(self, instance_id, state):
-        """Replace the cursor atomically: after a crash it is either the old or the new one."""
-        self.save_all([(instance_id, state)])
-
-    def save_all(self, items):
-        """Replace each ``(instance_id, state)`` cursor atomically (old or new after a crash).
-
-        Every temp file is written first and fsynced before any rename, as
-        one cursor alone would be; the fsyncs run in parallel, so one journal
-        commit serves many cursors instead of one commit each (a full scan of
-        a host writes one cursor per instance).
-        """
-        from ansible_collections.hypeman.vgpu.plugins.module_utils import _safedir  # lazy: writers only
-        dir_fd = self._open_dir(create=True)
-        batch = []
-        for instance_id, state in items:
-            tmp = "." + instance_id + ".tmp"  # fixed name: runs are serialised by the lock
-            try:
-                os.unlink(tmp, dir_fd=dir_fd)  # left by a killed run
-            except FileNotFoundError:
-                pass
-            except OSError as err:
-                raise VgpuError("cannot write sentinel cursor %s: %s"
-                                % (self.path(instance_id), err.strerror or err))
-            batch.append((instance_id + ".json", tmp,
-                          json.dumps(state, sort_keys=True, separators=(",", ":")).encode("utf-8")))
-        try:
-            # The directory is fsynced once after all cursors of a run (sync()).
-            _safedir.replace_files(dir_fd, batch, 0o600, sync_dir=False)
-        except _safedir.WriteStepError as err:
-            failed = err.name[:-len(".json")] if err.name else batch[0][0][:-len(".json")]
-            raise VgpuError("cannot write sentinel cursor %s: %s" % (self.path(failed), err.strerror or err))
-
-    def remove(self, instance_id):
-        dir_fd = self._open_dir(create=False)
-        if dir_fd is None:
-            return
-        try:
-            os.unlink(instance_id + ".json", dir_fd=dir_fd)
-        except OSError as err:
-            if err.errno != errno.ENOENT:
-                raise VgpuError("cannot remove sentinel cursor %s: %s"
-                                % (self.path(instance_id), err.strerror or err))
-
     def known_ids(self):
         dir_fd = self._open_dir(create=False)
         if dir_fd is None:
@@ -598,13 +523,6 @@ class CursorStore(object):
         except OSError:
             return []
         return [n[:-5] for n in names if n.endswith(".json") and not n.startswith(".")]
-
-    def sync(self):
-        """fsync the directory so the renames survive a crash."""
-        try:
-            os.fsync(self._open_dir(create=True))
-        except OSError as err:
-            raise VgpuError("cannot sync sentinel state directory %s: %s" % (self.directory, err.strerror or err))
 
 
 def _fsync_dir(path):
@@ -948,27 +866,6 @@ class ScanReport(object):
             self._cursors.sync()
 
 
-def run(instances, unreadable, log_dir_of, state_dir, only=None, check_mode=False,
-        recorder=None, block_size=BLOCK_BYTES):
-    """Scan under the state lock, let ``recorder(report)`` act, then commit cursors.
-
-    The cursors are written only after ``recorder`` returned, so a failed
-    store write leaves them where they were and the verdicts stay unrecorded.
-    In check mode nothing is locked, created or written.
-    """
-    cursors = CursorStore(state_dir)
-    if not check_mode:
-        cursors.lock()
-    try:
-        report = scan(instances, unreadable, log_dir_of, state_dir, only=only,
-                      check_mode=check_mode, block_size=block_size, cursors=cursors)
-        recorded = recorder(report) if recorder is not None else None
-        report.commit()
-    finally:
-        cursors.unlock()
-    return report, recorded
-
-
 def scan(instances, unreadable, log_dir_of, state_dir, only=None, check_mode=False,
          block_size=BLOCK_BYTES, cursors=None):
     """Scan the instances' logs; returns a :class:`ScanReport`.
@@ -976,10 +873,12 @@ def scan(instances, unreadable, log_dir_of, state_dir, only=None, check_mode=Fal
     ``instances`` and ``unreadable`` are what ``_hypeman.list_instances``
     returns; ``log_dir_of(instance_id)`` gives an instance's ``logs`` dir;
     ``only`` restricts the scan to these instance ids. Cursor files are read
-    here and written by ``ScanReport.commit`` (never in check mode); the
-    caller holds :meth:`CursorStore.lock` around both when not in check mode
-    (:func:`run` does), and may pass that ``cursors`` store.
+    here and written by ``ScanReport.commit`` (never in check mode); when not
+    in check mode the caller passes ``cursors``, a ``_sentinel_write.CursorWriter``
+    it holds locked around both (``_sentinel_write.run`` does).
     """
+    if not check_mode and cursors is None:
+        raise ValueError("a scan that writes cursors needs the locked cursors of _sentinel_write.run")
     report = ScanReport()
     own = cursors is None
     if own:

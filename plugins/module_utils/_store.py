@@ -16,12 +16,13 @@ Public API (other helpers import these names):
 * :func:`load_store` -> :class:`HealthStore` (never raises for bad content)
 * :class:`HealthStore` with :class:`Record` / :class:`Failure` values
 
-Reading is all most modules need, so this file holds only that (and the
-byte-exact serialization). Writing, locking and repair live in
-``_store_write``; Go's JSON scanner, needed only for text Python's decoder
-cannot be trusted with, in ``_gojson``. Every helper a module imports is
-shipped as source and compiled on each run (twice, by Python's zipimport),
-so read-only modules such as ``vgpu_placement_info`` stay lighter this way.
+Reading is all most modules need, so this file holds only that. Writing,
+locking and repair live in ``_store_write``; the byte-exact serialization in
+``_store_serialize`` (imported by :meth:`HealthStore.to_bytes` when called);
+Go's JSON scanner, needed only for text Python's decoder cannot be trusted
+with, in ``_gojson``. Every helper a module imports is shipped as source and
+compiled on each run, so read-only modules such as ``vgpu_placement_info``
+and the audit stay lighter this way.
 """
 
 from __future__ import annotations
@@ -604,8 +605,9 @@ class HealthStore(object):
     def to_bytes(self):
         """hypeman's ``json.MarshalIndent(..., "", "  ")`` output, byte for byte."""
         self._require_valid()
+        from ansible_collections.hypeman.vgpu.plugins.module_utils import _store_serialize  # lazy: writers only
         try:
-            return serialize_records(self.sorted_records())
+            return _store_serialize.serialize_records(self.sorted_records())
         except ValueError as err:  # a loaded time Go cannot marshal either (e.g. +24:00)
             raise VgpuError("cannot write VF health store %s: marshal VF health state: %s; nothing was changed "
                             "(hypeman's own next write of this file fails the same way; state=repaired rewrites "
@@ -620,8 +622,9 @@ class HealthStore(object):
         """
         if not self.valid:
             return None
+        from ansible_collections.hypeman.vgpu.plugins.module_utils import _store_serialize  # lazy: not the audit's
         try:
-            serialize_records(self.sorted_records())
+            _store_serialize.serialize_records(self.sorted_records())
         except ValueError as err:
             return "marshal VF health state: %s" % err
         return None
@@ -660,89 +663,6 @@ class HealthStore(object):
                                    if record.quarantined_at is not None else None),
             })
         return data
-
-
-# --- serialization (Go encoding/json, HTML-safe, MarshalIndent two spaces) -----------
-
-_NEEDS_ESCAPE = re.compile("[\x00-\x1f\"\\\\<>&\u2028\u2029\ud800-\udfff]")
-_ESCAPES = {'"': '\\"', "\\": "\\\\", "\b": "\\b", "\f": "\\f", "\n": "\\n", "\r": "\\r", "\t": "\\t"}
-
-
-def _escape_char(match):
-    char = match.group(0)
-    escaped = _ESCAPES.get(char)
-    if escaped is not None:
-        return escaped
-    code = ord(char)
-    if 0xD800 <= code <= 0xDFFF:
-        return "\\ufffd"
-    return "\\u%04x" % code
-
-
-def go_json_string(text):
-    """A Go-encoded JSON string: escapes ``< > &``, U+2028/U+2029 and controls; raw UTF-8 otherwise."""
-    if _NEEDS_ESCAPE.search(text) is None:
-        return '"' + text + '"'
-    return '"' + _NEEDS_ESCAPE.sub(_escape_char, text) + '"'
-
-
-_FAILURE_TEXT = ('\n        {\n          "instance_id": "%s",\n          "assigned_at": "%s",'
-                 '\n          "reported_at": "%s"\n        }')
-
-
-def serialize_records(records):
-    """Bytes hypeman writes for ``records`` (already sorted by address); ValueError
-    with Go's text for a time Go cannot marshal."""
-    if not records:
-        return b'{\n  "version": 1,\n  "records": []\n}'
-    go_format = _gotime.format_rfc3339nano
-
-    def fmt(value, go_type="time.Time"):
-        try:
-            return go_format(value)
-        except ValueError as err:
-            # Go's encoding/json wraps a Marshaler's error (MarshalerError).
-            raise ValueError("json: error calling MarshalJSON for type %s: %s" % (go_type, err))
-
-    # When no string needs Go's escaping (checked at once) and no failure omits a
-    # field, each failure is one template; else the general, per-string way.
-    strings = [record.vf_address for record in records]
-    strings.extend(text for record in records for failure in record.failures for text in failure[:2])
-    simple = _NEEDS_ESCAPE.search("".join(strings)) is None and all(strings)
-    failure_text = _FAILURE_TEXT
-    parts = ['{\n  "version": 1,\n  "records": [']
-    first = True
-    for record in records:
-        parts.append("\n    {\n      \"vf_address\": " if first else ",\n    {\n      \"vf_address\": ")
-        first = False
-        parts.append('"%s"' % record.vf_address if simple else go_json_string(record.vf_address))
-        if record.failures:
-            parts.append(',\n      "failures": [')
-            if simple:
-                parts.append(",".join([failure_text % (failure.instance_id, failure.assigned_at, fmt(failure.reported_at))
-                                       for failure in record.failures]))
-            else:
-                for index, failure in enumerate(record.failures):
-                    parts.append("\n        {" if index == 0 else ",\n        {")
-                    if failure.instance_id:
-                        parts.append('\n          "instance_id": ')
-                        parts.append(go_json_string(failure.instance_id))
-                        parts.append(",")
-                    if failure.assigned_at:
-                        parts.append('\n          "assigned_at": ')
-                        parts.append(go_json_string(failure.assigned_at))
-                        parts.append(",")
-                    parts.append('\n          "reported_at": "')
-                    parts.append(fmt(failure.reported_at))
-                    parts.append('"\n        }')
-            parts.append("\n      ]")
-        if record.quarantined_at is not None:
-            parts.append(',\n      "quarantined_at": "')
-            parts.append(fmt(record.quarantined_at, "*time.Time"))
-            parts.append('"')
-        parts.append("\n    }")
-    parts.append("\n  ]\n}")
-    return "".join(parts).encode("utf-8")
 
 
 # --- loading -------------------------------------------------------------------------

@@ -402,6 +402,15 @@ def _discover_mdev(sysfs_root, result):
                                          "framebuffer_mb": _mdev_framebuffer(os.path.join(types_dir, type_name))})
 
 
+def mdev_available(vf, type_name):
+    """An mdev VF's ``available_instances`` for a type (0 when it cannot create it), from a
+    :func:`discover` VF entry (its ``creatable`` list)."""
+    for prof in vf.get("creatable") or []:
+        if prof["id"] == type_name:
+            return prof.get("available", 1)
+    return 0
+
+
 def _safe_listdir(path):
     try:
         return _listdir(path)

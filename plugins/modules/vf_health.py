@@ -346,7 +346,7 @@ from ansible_collections.hypeman.vgpu.plugins.module_utils._errors import VgpuEr
 from ansible_collections.hypeman.vgpu.plugins.module_utils._module import run_host_module, store_path
 from ansible_collections.hypeman.vgpu.plugins.module_utils._hypeman import (
     resolve_threshold, warn_if_store_edited_while_running)
-from ansible_collections.hypeman.vgpu.plugins.module_utils import _gotime, _ledger, _pci, _store, _store_write, _sysfs
+from ansible_collections.hypeman.vgpu.plugins.module_utils import _gotime, _ledger, _ledger_write, _pci, _store, _store_write, _sysfs
 
 
 # States that record something about a VF: the VF must exist (a typo would become a record).
@@ -505,26 +505,26 @@ class StoreEdit(object):
     def ledger_entries(self, update):
         """What to append for a write, from the store as written."""
         result, store = update.result, update.store
-        common = dict(user=self.params["requested_by"] or _ledger.default_user(), job_id=self.params["job_id"],
+        common = dict(user=self.params["requested_by"] or _ledger_write.default_user(), job_id=self.params["job_id"],
                       run_id=self.run_id, now=self.now)
         entries = []
         if self.state == "repaired" and update.loaded_valid:
             # Times re-expressed in UTC: no quarantine changed, so nothing per VF (ownership stays).
-            return [_ledger.make_entry("repair", None, None, self.params["reason"] or (
+            return [_ledger_write.make_entry("repair", None, None, self.params["reason"] or (
                 "rewrote the times of a store Go cannot marshal in UTC (%s)" % result["marshal_error"]),
                 trigger="repair", **common)]
         if self.state == "repaired":
             reason = self.params["reason"] or "repaired unusable store (%s): %s" % (
                 update.loaded_format, update.loaded_error)
             for vf in sorted(store.records):
-                entries.append(_ledger.make_entry("repair", vf, store.records[vf].quarantined_at, reason,
-                                                  trigger="repair", **common))
+                entries.append(_ledger_write.make_entry("repair", vf, store.records[vf].quarantined_at, reason,
+                                                        trigger="repair", **common))
             if not entries:
-                entries.append(_ledger.make_entry("repair", None, None, reason, trigger="repair", **common))
+                entries.append(_ledger_write.make_entry("repair", None, None, reason, trigger="repair", **common))
             return entries
         for vf in result["reevaluated"]:
             # self.now, not the final record: the same run may have removed it again (a success, absent).
-            entries.append(_ledger.make_entry(
+            entries.append(_ledger_write.make_entry(
                 "quarantine", vf, self.now,
                 "failures reached the threshold %d on re-evaluation" % self.threshold,
                 trigger="reevaluation", parent_gpu=self.parents.get(vf), **common))
@@ -538,34 +538,34 @@ class StoreEdit(object):
                 if trigger == "failure_threshold" and not reason:
                     reason = "failure of instance %r assigned at %r reached the threshold %d" % (
                         self.params["instance_id"], self.params["assigned_at"], self.threshold)
-                entries.append(_ledger.make_entry("quarantine", vf, store.records[vf].quarantined_at, reason,
-                                                  trigger=trigger, parent_gpu=parent, **common))
+                entries.append(_ledger_write.make_entry("quarantine", vf, store.records[vf].quarantined_at, reason,
+                                                        trigger=trigger, parent_gpu=parent, **common))
             elif outcome == "rescinded":
-                entries.append(_ledger.make_entry(
+                entries.append(_ledger_write.make_entry(
                     "clear", vf, None, self.params["reason"] or "successful init of instance %r assigned at %r"
                     % (self.params["instance_id"], self.params["assigned_at"]),
                     trigger="success", parent_gpu=parent, **common))
             elif outcome == "cleared" and self.state == "absent":
-                entries.append(_ledger.make_entry(
+                entries.append(_ledger_write.make_entry(
                     "clear", vf, None, self.params["reason"], trigger="manual", parent_gpu=parent, **common))
             elif outcome == "cleared" and previous is not None and previous.quarantined_at is not None:
-                entries.append(_ledger.make_entry("clear", vf, None, self.params["reason"], trigger="success",
-                                                  parent_gpu=parent, **common))
+                entries.append(_ledger_write.make_entry("clear", vf, None, self.params["reason"], trigger="success",
+                                                        parent_gpu=parent, **common))
         return entries
 
     def run(self):
         params = self.params
         check_mode = self.module.check_mode
         state_dir = params["state_dir"]
-        self.run_id = _ledger.new_run_id()
+        self.run_id = _ledger_write.new_run_id()
         written, planned, settled = [], [], []
 
         def under_lock():
             # Intents of killed runs are settled first, against the store as it is now.
             ledger = _ledger.read_ledger(state_dir)
             if ledger.pending():
-                settled.extend(_ledger.settle(ledger, state_dir, _store.load_store(self.path), self.run_id,
-                                              now=self.now))
+                settled.extend(_ledger_write.settle(ledger, state_dir, _store.load_store(self.path), self.run_id,
+                                                    now=self.now))
 
         def before_write(update):
             # Write-ahead: what this run will log, durable before the store changes (see _ledger).
@@ -576,17 +576,17 @@ class StoreEdit(object):
             expect = dict((entry["vf_address"], records[entry["vf_address"]].quarantined_at
                            if entry["vf_address"] in records else None)
                           for entry in planned if entry["vf_address"])
-            intent = _ledger.make_intent(self.run_id, planned, _ledger.store_digest(update.store),
-                                         hashlib.sha256(update.after).hexdigest(), expect, self.now)
+            intent = _ledger_write.make_intent(self.run_id, planned, _ledger.store_digest(update.store),
+                                               hashlib.sha256(update.after).hexdigest(), expect, self.now)
             try:
-                _ledger.append_entries(state_dir, [intent])
+                _ledger_write.append_entries(state_dir, [intent])
             except VgpuError as err:
                 raise VgpuError("nothing was changed: the ledger's write-ahead intent could not be written: %s"
                                 % err.msg)
 
         def after_write(update):
             try:
-                _ledger.append_entries(state_dir, planned)
+                _ledger_write.append_entries(state_dir, planned)
             except VgpuError as err:
                 raise VgpuError("the VF health store %s was changed, but the ledger append failed: %s; its "
                                 "write-ahead intent is in the ledger, so the next vf_health run records it"
@@ -596,7 +596,7 @@ class StoreEdit(object):
         def write_failed(update):
             if planned:
                 try:  # the store is unchanged; else the next run finds that out and aborts the intent
-                    _ledger.append_entries(state_dir, [{
+                    _ledger_write.append_entries(state_dir, [{
                         "time": _gotime.format_rfc3339nano(self.now), "action": _ledger.ABORT,
                         "run_id": self.run_id, "reason": "the store write failed"}])
                 except VgpuError:
@@ -609,8 +609,8 @@ class StoreEdit(object):
             before_write=before_write, after_write=after_write, write_failed=write_failed,
             under_lock=under_lock, force_lock=bool(self.ledger.pending()))
         if check_mode and self.ledger.pending():
-            settled = _ledger.settle(self.ledger, state_dir, _store.load_store(self.path), self.run_id,
-                                     check_mode=True)
+            settled = _ledger_write.settle(self.ledger, state_dir, _store.load_store(self.path), self.run_id,
+                                           check_mode=True)
         result = update.result
         processes = warn_if_store_edited_while_running(self.module, params["proc_root"],
                                                        update.changed and params["warn_hypeman_running"])

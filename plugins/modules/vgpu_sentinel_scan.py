@@ -352,7 +352,7 @@ log_evidence_reason:
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.hypeman.vgpu.plugins.module_utils import _payload_loader  # pylint: disable=unused-import  # first of ours
-from ansible_collections.hypeman.vgpu.plugins.module_utils import _hypeman, _sentinel, _sentinel_mode, _store_write
+from ansible_collections.hypeman.vgpu.plugins.module_utils import _hypeman, _sentinel, _sentinel_mode, _sentinel_write, _store_write
 from ansible_collections.hypeman.vgpu.plugins.module_utils._module import run_host_module, store_path
 
 
@@ -393,7 +393,7 @@ def _body(module):
             report.mark_recorded(pending)
         return result.result
 
-    report, outcomes = _sentinel.run(
+    report, outcomes = _sentinel_write.run(
         instances, unreadable, log_dir_of,
         params["state_dir"], only=params["instances"], check_mode=check_mode, recorder=recorder)
     for warning in report.warnings:

@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 import os
 
-from ansible_collections.hypeman.vgpu.plugins.module_utils import _hypeman, _sentinel
+from ansible_collections.hypeman.vgpu.plugins.module_utils import _hypeman, _sentinel_write
 from ansible_collections.hypeman.vgpu.tests.sim import guestlog
 from ansible_collections.hypeman.vgpu.tests.sim.hosttree import HostTree
 
@@ -47,8 +47,8 @@ class Host(object):
 
     def scan(self, check_mode=False, only=None, recorder=None):
         instances, unreadable = _hypeman.list_instances(self.tree.data_dir)
-        return _sentinel.run(instances, unreadable, self.logs, self.state_dir, only=only,
-                             check_mode=check_mode, recorder=recorder)[0]
+        return _sentinel_write.run(instances, unreadable, self.logs, self.state_dir, only=only,
+                                   check_mode=check_mode, recorder=recorder)[0]
 
     def cursor_path(self, instance_id):
         return os.path.join(self.state_dir, "sentinel", instance_id + ".json")
@@ -95,8 +95,8 @@ class MiniHost(object):
 
     def scan(self, check_mode=False, only=None, recorder=None):
         instances, unreadable = _hypeman.list_instances(self.data_dir)
-        return _sentinel.run(instances, unreadable, self.logs, self.state_dir, only=only,
-                             check_mode=check_mode, recorder=recorder)[0]
+        return _sentinel_write.run(instances, unreadable, self.logs, self.state_dir, only=only,
+                                   check_mode=check_mode, recorder=recorder)[0]
 
     def cursor_path(self, instance_id):
         return os.path.join(self.state_dir, "sentinel", instance_id + ".json")

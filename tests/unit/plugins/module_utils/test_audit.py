@@ -12,7 +12,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ansible_collections.hypeman.vgpu.plugins.module_utils import _audit, _gotime, _hypeman, _ledger, _sentinel, _store_write
+from ansible_collections.hypeman.vgpu.plugins.module_utils import (
+    _audit, _gotime, _hypeman, _ledger_write, _prerequisites, _sentinel, _sentinel_write, _store_write)
 from ansible_collections.hypeman.vgpu.plugins.module_utils._errors import VgpuError
 from ansible_collections.hypeman.vgpu.tests.sim import guestlog
 from ansible_collections.hypeman.vgpu.tests.sim.hosttree import HostTree
@@ -100,9 +101,9 @@ def test_quarantines_split_by_owner(tree):
     owned_vf, hypeman_vf = tree.card_b.vfs[0], tree.card_b.vfs[1]
     tree.write_store([{"vf_address": owned_vf, "quarantined_at": Q_AT},
                       {"vf_address": hypeman_vf, "quarantined_at": Q_AT, "failures": [failure("x"), failure("y")]}])
-    entry = _ledger.make_entry("quarantine", owned_vf, _store_time(Q_AT), "drain", user="ops", trigger="manual",
-                               parent_gpu=tree.card_b.address)
-    _ledger.append_entries(tree.state_dir, [entry])
+    entry = _ledger_write.make_entry("quarantine", owned_vf, _store_time(Q_AT), "drain", user="ops", trigger="manual",
+                                     parent_gpu=tree.card_b.address)
+    _ledger_write.append_entries(tree.state_dir, [entry])
     result = audit(tree)
     assert result["store"]["quarantined"] == sorted([owned_vf, hypeman_vf])
     assert result["store"]["owned"] == [owned_vf]
@@ -189,7 +190,7 @@ def test_audit_writes_nothing(tree):
     wedge(tree, vf)
     # Cursors from an earlier recording scan exist; the audit reads them but never moves them.
     instances, unreadable = _hypeman.list_instances(tree.data_dir)
-    _sentinel.run(instances, unreadable, lambda i: _hypeman.instance_log_dir(tree.data_dir, i), tree.state_dir)
+    _sentinel_write.run(instances, unreadable, lambda i: _hypeman.instance_log_dir(tree.data_dir, i), tree.state_dir)
     guestlog.append(os.path.join(tree.data_dir, "guests", "inst-wedged", "logs", "app.log"),
                     guestlog.report("ok", MARKER_NS + 10 ** 9))
     tree.write_store([{"vf_address": vf, "failures": [failure("inst-old")]}])
@@ -250,13 +251,13 @@ def test_api_agrees_disagrees_or_is_down(tree):
 def test_prerequisites(tree, tmp_path):
     sriov = tmp_path / "sriov-manage"
     units = tmp_path / "units"
-    checks = dict((c["name"], c) for c in _audit.prerequisites(tree.sysfs_root, tree.proc_root, str(sriov),
-                                                               unit_dirs=(str(units),)))
+    checks = dict((c["name"], c) for c in _prerequisites.prerequisites(
+        tree.sysfs_root, tree.proc_root, str(sriov), _audit.DEFAULT_DCGM_UNITS, (str(units),)))
     assert sorted(checks) == ["dcgm_units", "iommu", "nvidia_vgpu_driver", "sriov_manage", "vendor_vfio", "vfio_modules"]
     # hosttree has IOMMU groups and vendor-VFIO VFs, and nothing else.
     assert [n for n, c in sorted(checks.items()) if c["status"] == "pass"] == ["iommu", "vendor_vfio"]
     assert all(c["fix"] for c in checks.values() if c["status"] == "fail")
-    for module in _audit.VFIO_MODULES + _audit.NVIDIA_VGPU_MODULES:
+    for module in _prerequisites.VFIO_MODULES + _prerequisites.NVIDIA_VGPU_MODULES:
         os.makedirs(os.path.join(tree.sysfs_root, "module", module))
     sriov.write_text("#!/bin/sh\n")
     sriov.chmod(0o755)
@@ -265,7 +266,8 @@ def test_prerequisites(tree, tmp_path):
         (units / unit).write_text("[Unit]\n")
     with open(os.path.join(tree.proc_root, "cmdline"), "w") as handle:
         handle.write("BOOT_IMAGE=/vmlinuz root=/dev/sda1 intel_iommu=on iommu=pt\n")
-    checks = _audit.prerequisites(tree.sysfs_root, tree.proc_root, str(sriov), unit_dirs=(str(units),))
+    checks = _prerequisites.prerequisites(tree.sysfs_root, tree.proc_root, str(sriov), _audit.DEFAULT_DCGM_UNITS,
+                                          (str(units),))
     assert [c["status"] for c in checks] == ["pass"] * 6
     assert checks[0]["detail"] == "kernel command line has intel_iommu=on"
     result = audit(tree, prereq={"sriov_manage": str(sriov), "unit_dirs": [str(units)]})

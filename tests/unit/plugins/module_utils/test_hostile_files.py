@@ -17,7 +17,7 @@ import threading
 import pytest
 
 from ansible_collections.hypeman.vgpu.plugins.module_utils import (
-    _api, _audit, _hypeman, _placement, _proc, _store, _sysfs)
+    _api, _audit, _busy, _hypeman, _placement, _prerequisites, _proc, _store, _sysfs)
 from ansible_collections.hypeman.vgpu.plugins.module_utils._errors import VgpuError
 from ansible_collections.hypeman.vgpu.plugins.module_utils._fileio import is_within
 from ansible_collections.hypeman.vgpu.tests.sim.hosttree import HostTree
@@ -182,11 +182,11 @@ def test_proc_names_that_are_not_ascii_pids_are_ignored(tree):
 def test_a_device_minor_that_is_not_a_number_is_unknown(tree, minor):
     path = os.path.join(tree.proc_root, "driver", "nvidia", "gpus", CARD, "information")
     replace_with(path, "file", ("Device Minor: \t %s\n" % minor).encode())
-    assert _proc.nvidia_minor(tree.proc_root, CARD) is None
+    assert _busy.nvidia_minor(tree.proc_root, CARD) is None
 
 
 def test_a_node_name_with_unicode_digits_is_not_a_card_node():
-    assert _proc.card_node_kind("nvidia\u00b2", 2) == "shared"
+    assert _busy.card_node_kind("nvidia\u00b2", 2) == "shared"
 
 
 @pytest.mark.parametrize("how, content", [("fifo", b""), ("symlink", "/dev/zero"), ("file", b"1 (x) S " + b"9" * 5000)])
@@ -286,7 +286,8 @@ def test_audit_prerequisites_survive_hostile_proc_and_sysfs(tree):
     groups = os.path.join(tree.sysfs_root, "kernel", "iommu_groups")
     os.rename(groups, groups + ".moved")
     replace_with(groups, "fifo")
-    checks = dict((c["name"], c) for c in _audit.prerequisites(tree.sysfs_root, tree.proc_root, "/nonexistent"))
+    checks = dict((c["name"], c) for c in _prerequisites.prerequisites(
+        tree.sysfs_root, tree.proc_root, "/nonexistent", _audit.DEFAULT_DCGM_UNITS, _audit.DEFAULT_UNIT_DIRS))
     assert checks["iommu"]["status"] == "fail"
     assert checks["iommu"]["detail"] == "cannot read %s: is a FIFO, not a regular file" % os.path.join(
         tree.proc_root, "cmdline")

@@ -31,27 +31,32 @@ FOUNDATION = {"_errors", "_fileio", "_gotime", "_payload_loader"}
 # A new edge is a design change: add it here and to the table in docs/architecture.md.
 LAYERED = {
     "_api": {"_passthrough", "_sysfs"},
-    "_audit": {"_api", "_hypeman", "_ledger", "_metrics", "_placement", "_proc", "_sentinel", "_sentinel_mode",
-               "_store", "_store_write", "_sysfs", "_wedge"},
+    "_audit": {"_api", "_hypeman", "_ledger", "_metrics", "_placement", "_prerequisites", "_sentinel",
+               "_sentinel_mode", "_store", "_store_write", "_wedge"},
     "_busy": {"_hypeman", "_proc", "_sriov", "_sysfs"},
     "_canary": {"_api", "_sentinel"},
     "_cmd": set(),
     "_gojson": {"_govalues"},
     "_govalues": set(),
     "_hypeman": {"_pci", "_proc"},
-    "_ledger": {"_safedir"},
+    "_ledger": set(),
+    "_ledger_write": {"_ledger", "_safedir"},
     "_marker": {"_safedir"},
     "_metrics": set(),
     "_module": set(),
     "_pci": set(),
     "_safedir": set(),
     "_passthrough": set(),
-    "_placement": {"_busy", "_govalues", "_hypeman", "_passthrough", "_proc", "_store", "_sysfs", "_wedge"},
-    "_proc": {"_sysfs"},
-    "_sentinel": {"_hypeman", "_safedir"},
+    "_placement": {"_hypeman", "_passthrough", "_placement_whatif", "_proc", "_store", "_sysfs", "_wedge"},
+    "_placement_whatif": {"_govalues", "_sysfs"},
+    "_prerequisites": {"_proc", "_sysfs"},
+    "_proc": set(),
+    "_sentinel": {"_hypeman"},
     "_sentinel_mode": {"_sentinel"},
+    "_sentinel_write": {"_safedir", "_sentinel"},
     "_sriov": {"_sysfs"},
-    "_store": {"_gojson", "_govalues", "_pci"},
+    "_store": {"_gojson", "_govalues", "_pci", "_store_serialize"},
+    "_store_serialize": set(),
     "_store_write": {"_pci", "_safedir", "_store"},
     "_sysfs": {"_govalues", "_pci"},
     "_wedge": {"_cmd", "_hypeman", "_ledger", "_sysfs"},
@@ -72,11 +77,14 @@ KNOWN_CYCLE_EDGES = set()
 # (docs/placement.md, "Performance").
 LAZY_ONLY = {"_api", "_gojson"}
 
-# Helpers a plain audit (host_audit_info without metrics_url, api_url or a broken
-# store) must not load at import time: AnsiballZ ships sources and zipimport
-# compiles each loaded one twice, on every host (docs/performance.md, "Audit
-# cost per host"). Writers, the HTTP clients and gpu_sriov's wording stay lazy.
-AUDIT_NOT_EAGER = {"_api", "_gojson", "_metrics", "_safedir", "_sriov", "_store_write"}
+# Helpers a plain audit (host_audit_info without metrics_url, api_url,
+# prerequisites or a broken store) must not load at import time: AnsiballZ ships
+# sources and every loaded one is compiled on every host (docs/performance.md,
+# "Audit cost per host"). Writers, the HTTP clients, the card-holder scans and
+# gpu_sriov's wording, the prerequisite checks, the placement what-if and the
+# store's serializer stay out.
+AUDIT_NOT_EAGER = {"_api", "_busy", "_gojson", "_ledger_write", "_metrics", "_placement_whatif", "_prerequisites",
+                   "_safedir", "_sentinel_write", "_sriov", "_store_serialize", "_store_write"}
 
 # The only ansible imports module_utils may make (they run on the managed host):
 # the HTTP client, and _module, the AnsibleModule glue, reading the raw arguments.

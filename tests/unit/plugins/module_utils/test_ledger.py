@@ -14,7 +14,7 @@ import tempfile
 import pytest
 from hypothesis import given, settings as hsettings, strategies as st
 
-from ansible_collections.hypeman.vgpu.plugins.module_utils import _ledger
+from ansible_collections.hypeman.vgpu.plugins.module_utils import _ledger, _ledger_write
 from ansible_collections.hypeman.vgpu.plugins.module_utils._errors import VgpuError
 from ansible_collections.hypeman.vgpu.plugins.module_utils._gotime import parse_rfc3339
 from ansible_collections.hypeman.vgpu.plugins.module_utils._store import HealthStore
@@ -25,8 +25,8 @@ T2 = parse_rfc3339("2026-08-21T00:00:00Z")
 
 
 def entry(action="quarantine", vf=VF, quarantined_at=T1, trigger="manual", **kwargs):
-    return _ledger.make_entry(action, vf, quarantined_at, "drain", "alice", "42", "run-1", trigger=trigger,
-                              now=T2, **kwargs)
+    return _ledger_write.make_entry(action, vf, quarantined_at, "drain", "alice", "42", "run-1", trigger=trigger,
+                                    now=T2, **kwargs)
 
 
 def store_with(**quarantines):
@@ -42,9 +42,9 @@ def test_make_entry_fields():
         "parent_gpu": "0000:82:00.0", "quarantined_at": "2026-08-20T15:00:00.123456789Z", "reason": "drain",
         "user": "alice", "job_id": "42", "run_id": "run-1"}
     with pytest.raises(ValueError):
-        _ledger.make_entry("delete", VF)
+        _ledger_write.make_entry("delete", VF)
     with pytest.raises(ValueError):
-        _ledger.make_entry("clear", VF, trigger="whim")
+        _ledger_write.make_entry("clear", VF, trigger="whim")
 
 
 @pytest.mark.parametrize("umask", [0, 0o022, 0o077])
@@ -52,14 +52,14 @@ def test_append_creates_dir_and_file_with_modes_and_appends(tmp_path, umask):
     state_dir = str(tmp_path / "var" / "lib" / "state")
     old_umask = os.umask(umask)
     try:
-        path = _ledger.append_entries(state_dir, [entry()])
+        path = _ledger_write.append_entries(state_dir, [entry()])
     finally:
         os.umask(old_umask)
     # Missing parents too: never world-writable, whatever the umask.
     for directory in (state_dir, os.path.dirname(state_dir), str(tmp_path / "var")):
         assert stat.S_IMODE(os.stat(directory).st_mode) == 0o700, directory
     assert stat.S_IMODE(os.stat(path).st_mode) == 0o600
-    _ledger.append_entries(state_dir, [entry("clear", quarantined_at=None), entry(vf="0000:82:00.5")])
+    _ledger_write.append_entries(state_dir, [entry("clear", quarantined_at=None), entry(vf="0000:82:00.5")])
     with open(path) as handle:
         lines = handle.read().splitlines()
     assert [json.loads(line)["action"] for line in lines] == ["quarantine", "clear", "quarantine"]
@@ -68,7 +68,7 @@ def test_append_creates_dir_and_file_with_modes_and_appends(tmp_path, umask):
 
 
 def test_append_nothing_creates_nothing(tmp_path):
-    _ledger.append_entries(str(tmp_path / "state"), [])
+    _ledger_write.append_entries(str(tmp_path / "state"), [])
     assert not (tmp_path / "state").exists()
 
 
@@ -88,7 +88,7 @@ def test_corrupt_lines_are_reported_not_fatal(tmp_path):
     assert ledger.problems[4]["error"] == "vf_address is not a string"
     assert ledger.problems[-1]["error"].startswith("torn last line (an interrupted append")
     # The next append cuts the torn line off and starts where it began.
-    _ledger.append_entries(str(state_dir), [entry(vf="0000:82:00.6")])
+    _ledger_write.append_entries(str(state_dir), [entry(vf="0000:82:00.6")])
     ledger = _ledger.read_ledger(str(state_dir))
     assert ledger.entries[-1]["vf_address"] == "0000:82:00.6" and ledger.entries[-1]["line"] == 8
     assert [p["line"] for p in ledger.problems] == [2, 3, 4, 5, 6]
@@ -98,7 +98,7 @@ def test_corrupt_lines_are_reported_not_fatal(tmp_path):
 
 def test_whole_but_unterminated_last_line_is_kept(tmp_path):
     (tmp_path / "ledger.jsonl").write_text(json.dumps(entry()))
-    _ledger.append_entries(str(tmp_path), [entry(vf="0000:82:00.6")])
+    _ledger_write.append_entries(str(tmp_path), [entry(vf="0000:82:00.6")])
     ledger = _ledger.read_ledger(str(tmp_path))
     assert [e["vf_address"] for e in ledger.entries] == [VF, "0000:82:00.6"] and ledger.problems == []
 
@@ -119,7 +119,7 @@ def test_symlinked_ledger_is_refused(tmp_path):
     target = tmp_path / "elsewhere"
     os.symlink(str(target), str(tmp_path / "ledger.jsonl"))
     with pytest.raises(VgpuError) as err:
-        _ledger.append_entries(str(tmp_path), [entry()])
+        _ledger_write.append_entries(str(tmp_path), [entry()])
     assert "symlink" in err.value.msg and not target.exists()
 
 
@@ -129,7 +129,7 @@ def test_symlinked_state_dir_is_refused_for_reading_and_appending(tmp_path):
     (real / "ledger.jsonl").write_text(json.dumps(entry()) + "\n")
     link = tmp_path / "state"
     os.symlink(str(real), str(link))
-    for call in (lambda: _ledger.read_ledger(str(link)), lambda: _ledger.append_entries(str(link), [entry()])):
+    for call in (lambda: _ledger.read_ledger(str(link)), lambda: _ledger_write.append_entries(str(link), [entry()])):
         with pytest.raises(VgpuError) as err:
             call()
         assert "state directory %s: it is a symlink" % link in err.value.msg
@@ -151,7 +151,7 @@ def test_hostile_ledger_is_refused_without_blocking(tmp_path, kind):
         _ledger.read_ledger(str(tmp_path))
     assert str(path) in err.value.msg
     with pytest.raises(VgpuError) as err:
-        _ledger.append_entries(str(tmp_path), [entry()])
+        _ledger_write.append_entries(str(tmp_path), [entry()])
     assert str(path) in err.value.msg
     assert not (tmp_path / "nowhere").exists()
 
@@ -159,8 +159,8 @@ def test_hostile_ledger_is_refused_without_blocking(tmp_path, kind):
 def test_append_fsyncs(tmp_path, monkeypatch):
     synced = []
     real = os.fsync
-    monkeypatch.setattr(_ledger.os, "fsync", lambda fd: synced.append(fd) or real(fd))
-    _ledger.append_entries(str(tmp_path / "s"), [entry()])
+    monkeypatch.setattr(_ledger_write.os, "fsync", lambda fd: synced.append(fd) or real(fd))
+    _ledger_write.append_entries(str(tmp_path / "s"), [entry()])
     assert synced
 
 
@@ -196,7 +196,7 @@ def test_unquarantined_records_are_never_owned():
 
 
 def test_owned_accepts_a_ledger_object_and_latest_wins(tmp_path):
-    _ledger.append_entries(str(tmp_path), [entry(quarantined_at=T2), entry("clear", quarantined_at=None), entry()])
+    _ledger_write.append_entries(str(tmp_path), [entry(quarantined_at=T2), entry("clear", quarantined_at=None), entry()])
     ledger = _ledger.read_ledger(str(tmp_path))
     assert _ledger.owned_quarantines(ledger, store_with(**{VF: T1})) == [VF]
     assert ledger.latest_by_vf()[VF]["line"] == 3
@@ -213,12 +213,12 @@ def test_vfs_for_parent():
 def test_default_user(monkeypatch):
     monkeypatch.setenv("SUDO_USER", "bob")
     monkeypatch.setenv("LOGNAME", "root")
-    assert _ledger.default_user() == "bob"
+    assert _ledger_write.default_user() == "bob"
     monkeypatch.delenv("SUDO_USER")
-    assert _ledger.default_user() == "root"
+    assert _ledger_write.default_user() == "root"
     monkeypatch.delenv("LOGNAME")
-    monkeypatch.setattr(_ledger.os, "geteuid", lambda: 0)
-    assert _ledger.default_user() == "root"
+    monkeypatch.setattr(_ledger_write.os, "geteuid", lambda: 0)
+    assert _ledger_write.default_user() == "root"
 
 
 # --- write-ahead intents -----------------------------------------------------------------------
@@ -238,8 +238,8 @@ def parsed(data):
 def intent_for(run_id="run-1", entries=None, after=None, expect=None):
     entries = [entry()] if entries is None else entries
     after = store_bytes(**{VF: T1}) if after is None else after
-    return _ledger.make_intent(run_id, entries, _ledger.store_digest(parsed(STORE_BEFORE)),
-                               hashlib.sha256(after).hexdigest(), expect or {VF: T1}, now=T2)
+    return _ledger_write.make_intent(run_id, entries, _ledger.store_digest(parsed(STORE_BEFORE)),
+                                     hashlib.sha256(after).hexdigest(), expect or {VF: T1}, now=T2)
 
 
 def write_lines(state_dir, *lines):
@@ -299,16 +299,16 @@ def test_settle_appends_missing_entries_or_an_abort_once(tmp_path):
                            after=store_bytes(**{"0000:82:00.5": T2}), expect={"0000:82:00.5": T2}))
     store = parsed(store_bytes(**{VF: T1}))  # r1's change is there; r2's expectations are not met
     ledger = _ledger.read_ledger(str(tmp_path))
-    preview = _ledger.settle(ledger, str(tmp_path), store, "settler", check_mode=True)
+    preview = _ledger_write.settle(ledger, str(tmp_path), store, "settler", check_mode=True)
     assert [(s["run_id"], s["outcome"]) for s in preview] == [("r1", "commit"), ("r2", "abort")]
     assert _ledger.read_ledger(str(tmp_path)).pending() != []  # check mode wrote nothing
-    settled = _ledger.settle(_ledger.read_ledger(str(tmp_path)), str(tmp_path), store, "settler")
+    settled = _ledger_write.settle(_ledger.read_ledger(str(tmp_path)), str(tmp_path), store, "settler")
     assert settled == preview
     ledger = _ledger.read_ledger(str(tmp_path))
     assert ledger.pending() == [] and [i.status for i in ledger.intents] == ["committed", "aborted"]
     assert [(e["run_id"], e["settled_by"]) for e in ledger.entries] == [("r1", "settler")]
     assert _ledger.owned_quarantines(ledger, store) == [VF]
-    assert _ledger.settle(ledger, str(tmp_path), store, "again") == []
+    assert _ledger_write.settle(ledger, str(tmp_path), store, "again") == []
 
 
 @pytest.mark.parametrize("line, error", [
@@ -366,7 +366,7 @@ def test_any_content_torn_anywhere_reads_and_appends(lines, cut):
             handle.write(data)
         before = _ledger.read_ledger(state_dir)  # never raises
         kept = [dict((k, v) for k, v in e.items() if k != "line") for e in before.entries]
-        _ledger.append_entries(state_dir, [entry(vf="0000:82:00.7")])
+        _ledger_write.append_entries(state_dir, [entry(vf="0000:82:00.7")])
         after = _ledger.read_ledger(state_dir)
         assert [dict((k, v) for k, v in e.items() if k != "line") for e in after.entries] == kept + [
             entry(vf="0000:82:00.7")]

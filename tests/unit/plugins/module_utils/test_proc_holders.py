@@ -8,7 +8,7 @@ import os
 
 import pytest
 
-from ansible_collections.hypeman.vgpu.plugins.module_utils import _proc
+from ansible_collections.hypeman.vgpu.plugins.module_utils import _busy, _proc
 from ansible_collections.hypeman.vgpu.plugins.module_utils._errors import VgpuError
 from ansible_collections.hypeman.vgpu.tests.sim.hosttree import HostTree
 
@@ -81,9 +81,9 @@ def test_missing_proc_root_fails(tmp_path):
 
 
 def test_nvidia_minor(tree):
-    assert _proc.nvidia_minor(tree.proc_root, "0000:82:00.0") == 0
-    assert _proc.nvidia_minor(tree.proc_root, "0000:83:00.0") == 1
-    assert _proc.nvidia_minor(tree.proc_root, "0000:99:00.0") is None
+    assert _busy.nvidia_minor(tree.proc_root, "0000:82:00.0") == 0
+    assert _busy.nvidia_minor(tree.proc_root, "0000:83:00.0") == 1
+    assert _busy.nvidia_minor(tree.proc_root, "0000:99:00.0") is None
 
 
 @pytest.mark.parametrize("rel, minor, kind", [
@@ -92,7 +92,7 @@ def test_nvidia_minor(tree):
     ("vfio/23", 0, "vfio"),
 ])
 def test_card_node_kind(rel, minor, kind):
-    assert _proc.card_node_kind(rel, minor) == kind
+    assert _busy.card_node_kind(rel, minor) == kind
 
 
 def test_card_holders(tree):
@@ -103,12 +103,12 @@ def test_card_holders(tree):
     smi = tree.add_process(comm="nvidia-smi", fds=["nvidiactl"])
     vmm = tree.add_process(comm="qemu-system-x86", unit="hypeman.service", fds=tree.vf_nodes(card.vfs[1]))
     tree.add_process(comm="qemu-other", unit="hypeman.service", fds=tree.vf_nodes(other_vf))
-    nodes = _proc.card_nodes(tree.sysfs_root, tree.proc_root, tree.dev_root, card.address)
+    nodes = _busy.card_nodes(tree.sysfs_root, tree.proc_root, tree.dev_root, card.address)
     assert nodes["minor"] == 1 and nodes["card"] == os.path.join(tree.dev_root, "nvidia1")
     for vf in card.vfs:
         for node in tree.vf_nodes(vf):
             assert os.path.join(tree.dev_root, node) in nodes["vfio"]
-    holders = _proc.card_holders(_proc.scan_device_holders(tree.proc_root, tree.dev_root), nodes, tree.dev_root)
+    holders = _busy.holders_of_nodes(_proc.scan_device_holders(tree.proc_root, tree.dev_root), nodes, tree.dev_root)
     by_pid = dict((h["pid"], h) for h in holders)
     assert sorted(by_pid) == [dcgm, smi, vmm]
     assert by_pid[dcgm]["card_paths"] == [os.path.join(tree.dev_root, "nvidia1")]
@@ -117,15 +117,15 @@ def test_card_holders(tree):
     assert by_pid[dcgm]["shared_only"] is False
     assert by_pid[smi]["shared_only"] is True and by_pid[smi]["card_paths"] == []
     assert by_pid[vmm]["shared_only"] is False
-    without_shared = _proc.card_holders(_proc.scan_device_holders(tree.proc_root, tree.dev_root), nodes,
-                                        tree.dev_root, include_shared=False)
+    without_shared = _busy.holders_of_nodes(_proc.scan_device_holders(tree.proc_root, tree.dev_root), nodes,
+                                            tree.dev_root, include_shared=False)
     assert sorted(h["pid"] for h in without_shared) == [dcgm, vmm]
 
 
 def test_unknown_minor_counts_every_card_node(tree):
     tree.break_path(os.path.relpath(os.path.join(tree.proc_root, "driver"), tree.root), "missing")
     tree.add_process(comm="nv-hostengine", fds=["nvidia0"])
-    nodes = _proc.card_nodes(tree.sysfs_root, tree.proc_root, tree.dev_root, "0000:83:00.0")
+    nodes = _busy.card_nodes(tree.sysfs_root, tree.proc_root, tree.dev_root, "0000:83:00.0")
     assert nodes["minor"] is None and nodes["card"] is None
-    holders = _proc.card_holders(_proc.scan_device_holders(tree.proc_root, tree.dev_root), nodes, tree.dev_root)
+    holders = _busy.holders_of_nodes(_proc.scan_device_holders(tree.proc_root, tree.dev_root), nodes, tree.dev_root)
     assert [h["command"] for h in holders] == ["nv-hostengine"]

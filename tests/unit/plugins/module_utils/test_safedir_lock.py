@@ -12,7 +12,7 @@ import sys
 
 import pytest
 
-from ansible_collections.hypeman.vgpu.plugins.module_utils import _safedir, _sentinel
+from ansible_collections.hypeman.vgpu.plugins.module_utils import _safedir, _sentinel, _sentinel_write
 
 
 def _holder(path):
@@ -63,13 +63,13 @@ def test_the_sentinel_cursor_lock_no_longer_waits_forever(tmp_path, monkeypatch)
     # The cursor store locks through open_locked, whose default was bound to 60 s
     # when it was defined: without this the test waited the full minute.
     monkeypatch.setattr(_safedir.open_locked, "__defaults__", (0.3, False, False))
-    cursors = _sentinel.CursorStore(str(tmp_path))
+    cursors = _sentinel_write.CursorWriter(str(tmp_path))
     cursors.lock()
     cursors.unlock()  # creates the directory and its lock file
     holder = _holder(str(tmp_path / "sentinel" / ".lock"))
     try:
         with pytest.raises(_sentinel.CursorDirError) as err:
-            _sentinel.CursorStore(str(tmp_path)).lock()
+            _sentinel_write.CursorWriter(str(tmp_path)).lock()
         assert "timed out" in str(err.value) and str(tmp_path / "sentinel") in str(err.value)
     finally:
         holder.kill()

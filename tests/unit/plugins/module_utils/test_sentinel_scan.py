@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from ansible_collections.hypeman.vgpu.plugins.module_utils import _hypeman, _sentinel
+from ansible_collections.hypeman.vgpu.plugins.module_utils import _hypeman, _sentinel, _sentinel_write
 from ansible_collections.hypeman.vgpu.tests.sim import guestlog
 from ansible_collections.hypeman.vgpu.tests.unit.plugins.module_utils.sentinel_host import (
     CLAIMED_AT, CLAIMED_NS, SEC, Host, markers_read as _markers_read, ts as _ts, verdicts as _verdicts)
@@ -588,7 +588,7 @@ def test_instance_dir_swapped_for_a_symlink_after_listing_is_refused(host):
     guest_b = os.path.dirname(host.logs("inst-b"))
     os.rename(guest_b, guest_b + ".old")
     os.symlink(os.path.dirname(host.logs("inst-a")), guest_b)
-    report = _sentinel.run(instances, unreadable, host.logs, host.state_dir)[0]
+    report = _sentinel_write.run(instances, unreadable, host.logs, host.state_dir)[0]
     reasons, warned = _refused(report, "inst-b")
     assert reasons == ["refused %s: it is a symlink; the sentinel reads only real directories inside "
                        "the instance directory" % guest_b]

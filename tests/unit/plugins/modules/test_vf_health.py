@@ -9,7 +9,7 @@ import os
 
 import pytest
 
-from ansible_collections.hypeman.vgpu.plugins.module_utils import _ledger, _proc, _store
+from ansible_collections.hypeman.vgpu.plugins.module_utils import _ledger, _ledger_write, _proc, _store
 from ansible_collections.hypeman.vgpu.plugins.module_utils._errors import VgpuError
 from ansible_collections.hypeman.vgpu.plugins.modules import vf_health
 from ansible_collections.hypeman.vgpu.tests.sim.hosttree import HostTree
@@ -591,7 +591,7 @@ def test_symlinked_store_is_refused_by_the_module(host, capsys, tmp_path):
 
 
 def test_ledger_append_failure_after_the_write_is_reported_and_settled_next_run(host, capsys, monkeypatch):
-    real = _ledger.append_entries
+    real = _ledger_write.append_entries
     calls = []
 
     def second_fails(state_dir, entries):
@@ -600,7 +600,7 @@ def test_ledger_append_failure_after_the_write_is_reported_and_settled_next_run(
             raise VgpuError("cannot append to ledger x: disk full")
         return real(state_dir, entries)
 
-    monkeypatch.setattr(_ledger, "append_entries", second_fails)
+    monkeypatch.setattr(_ledger_write, "append_entries", second_fails)
     result = host.run(capsys, state="quarantined", vf_addresses=[host.vfs[0]])
     monkeypatch.undo()
     assert calls == [["intent"], ["quarantine"]]
@@ -622,7 +622,7 @@ def test_intent_append_failure_changes_nothing(host, capsys, monkeypatch):
     def broken(state_dir, entries):
         raise VgpuError("cannot append to ledger x: disk full")
 
-    monkeypatch.setattr(_ledger, "append_entries", broken)
+    monkeypatch.setattr(_ledger_write, "append_entries", broken)
     before = host.snapshot()
     result = host.run(capsys, state="quarantined", vf_addresses=[host.vfs[0]])
     assert result["failed"] and not result.get("changed")
@@ -654,7 +654,7 @@ def killed_run(host, capsys, monkeypatch, where, **args):
             raise Killed()
         monkeypatch.setattr(os, "rename", rename)
     else:
-        real = _ledger.append_entries
+        real = _ledger_write.append_entries
         calls = []
 
         def append(state_dir, entries):
@@ -662,7 +662,7 @@ def killed_run(host, capsys, monkeypatch, where, **args):
             if len(calls) == 2:
                 raise Killed()
             return real(state_dir, entries)
-        monkeypatch.setattr(_ledger, "append_entries", append)
+        monkeypatch.setattr(_ledger_write, "append_entries", append)
     with pytest.raises(Killed):
         host.run(capsys, **args)
     monkeypatch.undo()

@@ -9,7 +9,7 @@ import os
 
 import pytest
 
-from ansible_collections.hypeman.vgpu.plugins.module_utils import _ledger
+from ansible_collections.hypeman.vgpu.plugins.module_utils import _ledger_write
 from ansible_collections.hypeman.vgpu.plugins.module_utils._gotime import parse_rfc3339
 from ansible_collections.hypeman.vgpu.plugins.modules import vf_health_info
 from ansible_collections.hypeman.vgpu.tests.unit.plugins.modules.module_results import run_module
@@ -66,9 +66,9 @@ def test_missing_store(info, capsys):
 
 def test_valid_store_with_ledger(info, capsys):
     info.put(STORE)
-    _ledger.append_entries(info.state_dir, [
-        _ledger.make_entry("quarantine", "0000:e3:00.4", parse_rfc3339("2026-08-21T00:00:00Z"), "drain", "alice"),
-        _ledger.make_entry("quarantine", "0000:e3:00.5", parse_rfc3339("2026-08-01T00:00:00Z"), "drain", "alice"),
+    _ledger_write.append_entries(info.state_dir, [
+        _ledger_write.make_entry("quarantine", "0000:e3:00.4", parse_rfc3339("2026-08-21T00:00:00Z"), "drain", "alice"),
+        _ledger_write.make_entry("quarantine", "0000:e3:00.5", parse_rfc3339("2026-08-01T00:00:00Z"), "drain", "alice"),
     ])
     with open(os.path.join(info.state_dir, "ledger.jsonl"), "a") as handle:
         handle.write("garbage\n")
@@ -166,10 +166,10 @@ def test_store_go_loads_but_cannot_marshal(info, capsys):
 
 def test_pending_intent_of_a_killed_run_is_shown_and_counted(info, capsys):
     info.put(STORE)
-    entry = _ledger.make_entry("quarantine", "0000:e3:00.4", parse_rfc3339("2026-08-21T00:00:00Z"), "drain",
-                               run_id="killed")
-    intent = _ledger.make_intent("killed", [entry], "missing", "0" * 64,
-                                 {"0000:e3:00.4": parse_rfc3339("2026-08-21T00:00:00Z")})
+    entry = _ledger_write.make_entry("quarantine", "0000:e3:00.4", parse_rfc3339("2026-08-21T00:00:00Z"), "drain",
+                                     run_id="killed")
+    intent = _ledger_write.make_intent("killed", [entry], "missing", "0" * 64,
+                                       {"0000:e3:00.4": parse_rfc3339("2026-08-21T00:00:00Z")})
     os.makedirs(info.state_dir)
     with open(os.path.join(info.state_dir, "ledger.jsonl"), "w") as handle:
         handle.write(json.dumps(intent) + "\n")
