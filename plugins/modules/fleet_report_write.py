@@ -8,13 +8,16 @@ from __future__ import annotations
 DOCUMENTATION = r"""
 ---
 module: fleet_report_write
-short_description: Write the fleet report's files on the controller
+short_description: Build the fleet report and write its files on the controller
 version_added: 0.1.0
 author:
   - hypeman.vgpu contributors (!UNKNOWN)
 description:
   - Renders every format the fleet report names in its C(reports) mapping (format to path, from the
     P(hypeman.vgpu.fleet_report#filter) filter) and writes each file on the Ansible controller.
+  - Given O(hosts) instead of O(report), it builds the report itself from C(hostvars) first, exactly as the
+    P(hypeman.vgpu.fleet_report#filter) filter does with the same arguments, and returns its fleet-wide part
+    (RV(report)), so the per-host entries of a large fleet never pass through a task argument or a fact.
   - An action that runs entirely on the controller, with no module run on any host; the
     P(hypeman.vgpu.fleet_reconcile#role) role writes its report with it once per run.
   - A missing directory is created (mode C(0755); an existing one is left as it is). A file that already
@@ -30,8 +33,51 @@ options:
     description:
       - The fleet report, as built by the P(hypeman.vgpu.fleet_report#filter) filter.
       - Its C(reports) mapping (format to path) says what to write; an empty one writes nothing.
+      - Exactly one of O(report) and O(hosts) is required.
     type: dict
-    required: true
+  hosts:
+    description:
+      - Build the report from these hosts' results in C(hostvars), for example C(ansible_play_hosts_all).
+      - The options below are the P(hypeman.vgpu.fleet_report#filter) filter's arguments of the same names and
+        apply only with O(hosts).
+    type: list
+    elements: str
+  kind:
+    description: V(audit) or V(reconcile).
+    type: str
+    default: audit
+  generated_at:
+    description: The report's time, RFC 3339 in UTC.
+    type: str
+  check_mode:
+    description: Whether the run is a check-mode run (said in the report).
+    type: bool
+    default: false
+  policies:
+    description: The C(audit_fail_on) policies.
+    type: raw
+  report_dir:
+    description: Where the report files go (none are written without it).
+    type: str
+  formats:
+    description: The report formats to write.
+    type: list
+    elements: str
+    default: [json, markdown, html]
+  fact:
+    description: The (cacheable) fact a host's entry may be kept in.
+    type: str
+    default: fleet_reconcile_entry
+  result:
+    description: The registered variable of this run's audit, which wins over the fact.
+    type: str
+  max_age:
+    description: Entries older than this many seconds count as missing.
+    type: raw
+  history_keep:
+    description: How many reports the history keeps (0 for none).
+    type: raw
+    default: 0
 attributes:
   action:
     description: Runs on the controller only.
@@ -52,7 +98,16 @@ attributes:
 """
 
 EXAMPLES = r"""
-- name: Write the fleet report (JSON, Markdown, HTML)
+- name: Build the fleet report from this play's hosts and write it (JSON, Markdown, HTML)
+  hypeman.vgpu.fleet_report_write:
+    hosts: "{{ ansible_play_hosts_all }}"
+    result: fleet_reconcile_audit_run
+    generated_at: "{{ now(utc=true, fmt='%Y-%m-%dT%H:%M:%SZ') }}"
+    report_dir: /srv/reports
+  register: fleet_report
+  run_once: true
+
+- name: Write a fleet report built by the filter
   hypeman.vgpu.fleet_report_write:
     report: "{{ hostvars | hypeman.vgpu.fleet_report(ansible_play_hosts_all, report_dir='/srv/reports') }}"
   run_once: true
@@ -77,4 +132,11 @@ history_deleted:
   type: list
   elements: str
   sample: [/srv/reports/history/fleet-audit-20261101T000000Z.json]
+report:
+  description:
+    - The report without its per-host entries (C(hosts)) - C(summary), C(policy), C(reports), C(history) and the
+      rest as the P(hypeman.vgpu.fleet_report#filter) filter returns them (docs/audit-report.md).
+  returned: success
+  type: dict
+  sample: {"kind": "audit", "summary": {"hosts_total": 1, "hosts_needing_action": 0}, "policy": {"violations": []}}
 """
