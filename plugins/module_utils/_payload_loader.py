@@ -7,8 +7,8 @@ Ansible ships a module and its helpers to the managed host as source files in
 a zip file, and Python imports them with ``zipimport``, which compiles the
 source of every module it loads twice (Python 3.11 and 3.12: finding the
 module asks ``get_filename``, which compiles; loading compiles again). For a
-plain audit that is about 40 ms of CPU per host and run, a fifth of what the
-audit adds to a ``ping`` (docs/performance.md, "Audit cost per host").
+plain audit that was about 30 ms of CPU per host and run, a third of what the
+module process added to a ``ping``'s (docs/performance.md, "Audit cost per host").
 
 A module imports this helper first. When this file was itself loaded from a
 zip file (a payload), it puts a finder ahead of the standard ones that serves

@@ -106,7 +106,9 @@ def test_without_the_loader_zipimport_is_what_the_helpers_get(tmp_path):
     # zipimport (twice per helper on Python 3.11 and 3.12, the reason for the loader).
     payload, report = _run(tmp_path, "plain")
     assert report["value"] == 42
-    assert report["compiled"]["_helper_a.py"] == (2 if sys.version_info < (3, 13) else report["compiled"]["_helper_a.py"])
+    assert report["compiled"]["_helper_a.py"] >= 1
+    if sys.version_info < (3, 13):
+        assert report["compiled"]["_helper_a.py"] == 2
     assert report["file_a"] == os.path.join(payload, PACKAGE_DIR, "_helper_a.py")
     assert 'raise ValueError("from helper a")' in report["traceback"]
     assert report["missing"] == "ImportError"
