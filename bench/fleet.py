@@ -20,7 +20,13 @@ what a run costs once whatever its size (startup, the report play) -- and how
 the per-host cost grows from the small to the large fleet (flat is the goal).
 Not a test: nothing here asserts on time.
 
-    python bench/fleet.py [--hosts 1000] [--small 200] [--forks 2] [--repeat 2] [--baseline DIR]
+    python bench/fleet.py [--hosts 1000] [--small 200] [--forks 2] [--repeat 2] [--split] [--baseline DIR]
+
+``--split`` then runs ping and the audit once more on the small fleet through
+``bench/tools/playbook_cpu.py`` and prints where a host's CPU goes: the
+controller's main process, the workers of the per-host task, the modules (and
+the shell commands around them) those workers started, and the workers of the
+tasks that run once for the play.
 
 ``--baseline DIR`` (a collections path holding another hypeman.vgpu, e.g. an
 earlier commit unpacked with ``git archive``) also audits with that copy in
@@ -126,6 +132,46 @@ def measure(work, count, forks, repeat, baseline=None):
     return best, summary
 
 
+def cpu_split(work, count, forks):
+    """Per-host CPU seconds of ping and the audit on ``count`` hosts, by process kind (one run each)."""
+    inventory = os.path.join(work, "inventory-%d.json" % count)
+    tool = [sys.executable, os.path.join(REPO, "bench", "tools", "playbook_cpu.py")]
+    rows = {}
+    for name, playbook_args in (("ping", [os.path.join(work, "ping.yml")]),
+                                ("audit", ["hypeman.vgpu.audit", "-e",
+                                           "audit_report_dir=%s" % os.path.join(work, "split-%d" % count)])):
+        out = os.path.join(work, "split-%s-%d.jsonl" % (name, count))
+        if os.path.exists(out):
+            os.unlink(out)
+        timed_run(tool + [out, "-i", inventory] + playbook_args, ansible_env(forks),
+                  os.path.join(work, "split-%s-%d.log" % (name, count)))
+        with open(out) as handle:
+            records = [json.loads(line) for line in handle]
+        per_task = {}
+        for record in records:
+            if record["process"] == "worker":
+                per_task.setdefault(record["task"], []).append(record)
+        row = {"main": 0.0, "workers": 0.0, "modules": 0.0, "once": 0.0}
+        for record in records:
+            if record["process"] == "main":
+                row["main"] += record["cpu"]
+            elif len(per_task[record["task"]]) >= count and not record["run_once"]:
+                row["workers"] += record["cpu"]
+                row["modules"] += record["children_cpu"]
+            else:
+                row["once"] += record["cpu"] + record["children_cpu"]
+        rows[name] = dict((key, value / count) for key, value in row.items())
+    print("where a host's CPU goes, %d hosts, one run each (s/host): controller main process, per-host task's "
+          "workers, their modules (with the shell commands around them), tasks run once" % count)
+    for name in ("ping", "audit"):
+        row = rows[name]
+        print("  %-6s main %.4f  workers %.4f  modules %.4f  run-once %.4f  total %.4f" % (
+            name, row["main"], row["workers"], row["modules"], row["once"], sum(row.values())))
+    print("  %-6s main %+.4f  workers %+.4f  modules %+.4f  run-once %+.4f  total %+.4f" % tuple(
+        ["+audit"] + [rows["audit"][key] - rows["ping"][key] for key in ("main", "workers", "modules", "once")]
+        + [sum(rows["audit"].values()) - sum(rows["ping"].values())]))
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--hosts", type=int, default=1000, help="the large fleet (default 1000)")
@@ -135,6 +181,7 @@ def main(argv=None):
     parser.add_argument("--keep", action="store_true", help="keep the work directory")
     parser.add_argument("--work", metavar="DIR", help="reuse the fleet built in DIR (kept by --keep) instead of building one")
     parser.add_argument("--baseline", metavar="DIR", help="a collections path with another hypeman.vgpu to audit with too")
+    parser.add_argument("--split", action="store_true", help="then print where a host's CPU goes, on the small fleet")
     args = parser.parse_args(argv)
     if not 0 < args.small < args.hosts:
         parser.error("--small must be above 0 and below --hosts")
@@ -188,6 +235,8 @@ def main(argv=None):
                          marginal / marginal_ping if marginal_ping > 0 else float("nan"), name,
                          small[name + suffix] / args.small, large[name + suffix] / args.hosts,
                          (large[name + suffix] / args.hosts) / (small[name + suffix] / args.small)))
+        if args.split:
+            cpu_split(work, args.small, args.forks)
     finally:
         if args.keep or args.work:
             print("work directory kept: %s" % work)
