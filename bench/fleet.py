@@ -134,7 +134,7 @@ def measure(work, count, forks, repeat, baseline=None):
 
 def cpu_split(work, count, forks):
     """Per-host CPU seconds of ping and the audit on ``count`` hosts, by process kind (one run each)."""
-    inventory = os.path.join(work, "inventory-%d.json" % count)
+    inventory = subset_inventory(work, count)
     tool = [sys.executable, os.path.join(REPO, "bench", "tools", "playbook_cpu.py")]
     rows = {}
     for name, playbook_args in (("ping", [os.path.join(work, "ping.yml")]),
