@@ -41,6 +41,7 @@ import json
 import os
 import resource
 import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -125,6 +126,7 @@ def measure(work, count, forks, repeat, baseline=None):
             sys.stderr.write("  [%s, %d hosts, run %d: %.1f s wall, %.1f s CPU]\n" % (name, count, attempt + 1, elapsed, cpu))
             best[name] = min(best.get(name, elapsed), elapsed)
             best[name + "_cpu"] = min(best.get(name + "_cpu", cpu), cpu)
+            best.setdefault(name + "_cpu_runs", []).append(cpu)
     with open(os.path.join(work, "report-%d" % count, "fleet-audit.json")) as handle:
         summary = json.load(handle)["summary"]
     if summary["hosts_total"] != count or summary["hosts_failed"] or summary["hosts_unreachable"]:
@@ -177,7 +179,8 @@ def main(argv=None):
     parser.add_argument("--hosts", type=int, default=1000, help="the large fleet (default 1000)")
     parser.add_argument("--small", type=int, default=200, help="the small fleet (default 200)")
     parser.add_argument("--forks", type=int, default=2)
-    parser.add_argument("--repeat", type=int, default=2, help="runs per measurement; the fastest counts")
+    parser.add_argument("--repeat", type=int, default=2,
+                        help="rounds per fleet size: the fastest run counts, and each round's ratio is printed")
     parser.add_argument("--keep", action="store_true", help="keep the work directory")
     parser.add_argument("--work", metavar="DIR", help="reuse the fleet built in DIR (kept by --keep) instead of building one")
     parser.add_argument("--baseline", metavar="DIR", help="a collections path with another hypeman.vgpu to audit with too")
@@ -212,6 +215,12 @@ def main(argv=None):
                       row["audit"], row["audit"] / count, row["audit_cpu"], row["audit_cpu"] / count,
                       row["audit"] / row["ping"], row["audit_cpu"] / row["ping_cpu"],
                       summary["hosts_needing_action"], summary["quarantined_vfs"], summary["sentinel_failed"]))
+            # Each round's audit against the ping run just before it: the machine's speed drifts over
+            # minutes, so the median of these pairs is steadier than the ratio of the two fastest runs.
+            for name in ("audit", "baseline") if args.baseline else ("audit",):
+                pairs = [cpu / ping for cpu, ping in zip(row[name + "_cpu_runs"], row["ping_cpu_runs"])]
+                print("              %s/ping CPU round by round: %s; median %.2fx" % (
+                    name, " ".join("%.2fx" % pair for pair in pairs), statistics.median(pairs)))
             if args.baseline:
                 print("           baseline %6.1f s wall (%.3f s/host), %6.1f s CPU (%.3f s/host)   "
                       "baseline/ping per host: %.2fx wall, %.2fx CPU" % (
