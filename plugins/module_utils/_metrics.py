@@ -265,14 +265,14 @@ def coverage_problems(previous, current, targets):
     if previous is None or current is None:
         return []
     problems = []
-    restarted = _restarted(previous, current)
-    old_checks = {} if restarted else (previous.get("checks") or {})
+    was_restarted = restarted(previous, current)
+    old_checks = {} if was_restarted else (previous.get("checks") or {})
     new_checks = current.get("checks")
     for result in BLIND_RESULTS:
         grew = (new_checks or {}).get(result, 0) - old_checks.get(result, 0)
         if grew > 0:
             problems.append("%d %s check(s) since the previous sample" % (grew, result))
-    elapsed = _elapsed(previous, current, restarted)
+    elapsed = _elapsed(previous, current, was_restarted)
     if targets and elapsed is not None and elapsed >= 3 * POLL_SECONDS:
         if new_checks is None and previous.get("checks") is not None:
             problems.append("hypeman no longer exports sentinel checks although %d instance(s) hold a "
@@ -283,7 +283,8 @@ def coverage_problems(previous, current, targets):
     return problems
 
 
-def _restarted(previous, current):
+def restarted(previous, current):
+    """Whether hypeman restarted between two samples: its uptime or a check counter went down."""
     old, new = previous.get("uptime_seconds"), current.get("uptime_seconds")
     if _number(old) and _number(new):
         return new < old
@@ -291,10 +292,16 @@ def _restarted(previous, current):
     return any(new_checks.get(result, 0) < value for result, value in old_checks.items())
 
 
-def _elapsed(previous, current, restarted):
+def counter_growth(previous, current, key):
+    """How much the counter ``key`` grew from ``previous`` to ``current``, counted from zero after a restart."""
+    before = 0 if restarted(previous, current) else previous.get(key) or 0
+    return (current.get(key) or 0) - before
+
+
+def _elapsed(previous, current, was_restarted):
     old, new = previous.get("uptime_seconds"), current.get("uptime_seconds")
     if _number(old) and _number(new):
-        return new if restarted else new - old
+        return new if was_restarted else new - old
     if _number(previous.get("taken_at")) and _number(current.get("taken_at")):
         return current["taken_at"] - previous["taken_at"]
     return None

@@ -286,9 +286,8 @@ def _read_metrics(host, timeout, seen, state):
                  "hypeman's sentinel lost sight of guests: %s" % "; ".join(problems),
                  {"url": host["metrics_url"], "problems": problems, "previous": previous, "sample": sample})
     if host.get("store_path") is None:
-        restarted = _metrics._restarted(previous, sample)  # pylint: disable=protected-access
-        failures = (sample["init_failures"] or 0) - (0 if restarted else previous.get("init_failures") or 0)
-        quarantines = (sample["quarantines"] or 0) - (0 if restarted else previous.get("quarantines") or 0)
+        failures = _metrics.counter_growth(previous, sample, "init_failures")
+        quarantines = _metrics.counter_growth(previous, sample, "quarantines")
         if failures > quarantines:
             seen.instant.append(_body(
                 host["name"], "vf_failure_below_threshold", "metrics",

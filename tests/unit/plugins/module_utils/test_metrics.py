@@ -208,6 +208,23 @@ def test_a_restart_resets_the_counters_without_a_false_alarm():
         "1 rpc_error check(s) since the previous sample"]
 
 
+def test_counter_growth_counts_from_zero_after_a_restart():
+    previous = dict(_sample({"ok": 500}, uptime=5000), init_failures=7, quarantines=None)
+    assert _metrics.counter_growth(previous, dict(_sample({"ok": 520}, uptime=5100), init_failures=9), "init_failures") == 2
+    restarted = dict(_sample({"ok": 3}, uptime=60), init_failures=1, quarantines=1)
+    assert _metrics.restarted(previous, restarted)
+    assert _metrics.counter_growth(previous, restarted, "init_failures") == 1
+    assert _metrics.counter_growth(previous, restarted, "quarantines") == 1  # None before counts as 0
+
+
+@given(st.integers(0, 10**6), st.integers(0, 10**6), st.floats(0, 1e6), st.floats(0, 1e6))
+def test_counter_growth_is_the_difference_or_the_new_value_after_a_restart(old, new, old_up, new_up):
+    previous, current = (dict(_sample({"ok": 1}, old_up), init_failures=old),
+                         dict(_sample({"ok": 1}, new_up), init_failures=new))
+    growth = _metrics.counter_growth(previous, current, "init_failures")
+    assert growth == (new if new_up < old_up else new - old)
+
+
 def test_no_previous_sample_cannot_tell():
     assert _metrics.coverage_problems(None, _sample({"rpc_error": 100}), 5) == []
 
