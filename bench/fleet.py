@@ -26,7 +26,8 @@ Not a test: nothing here asserts on time.
 ``bench/tools/playbook_cpu.py`` and prints where a host's CPU goes: the
 controller's main process, the workers of the per-host task, the modules (and
 the shell commands around them) those workers started, and the workers of the
-tasks that run once for the play.
+tasks that run once for the play; then the controller's share alone (everything
+but the modules, which on a real fleet run on the managed hosts).
 
 ``--baseline DIR`` (a collections path holding another hypeman.vgpu, e.g. an
 earlier commit unpacked with ``git archive``) also audits with that copy in
@@ -172,6 +173,10 @@ def cpu_split(work, count, forks):
     print("  %-6s main %+.4f  workers %+.4f  modules %+.4f  run-once %+.4f  total %+.4f" % tuple(
         ["+audit"] + [rows["audit"][key] - rows["ping"][key] for key in ("main", "workers", "modules", "once")]
         + [sum(rows["audit"].values()) - sum(rows["ping"].values())]))
+    # On a real fleet the modules run on the managed hosts; the rest is what the controller pays per host.
+    controller = dict((name, rows[name]["main"] + rows[name]["workers"] + rows[name]["once"]) for name in rows)
+    print("  controller only (without the modules, which run on the hosts of a real fleet): ping %.4f, audit %.4f, "
+          "audit/ping %.2fx" % (controller["ping"], controller["audit"], controller["audit"] / controller["ping"]))
 
 
 def main(argv=None):
