@@ -141,10 +141,10 @@ molecule_all() { phase "molecule scenarios" bash "$repo/scripts/molecule.sh"; }
 # idle. The seconds a target takes on an idle machine (measured, docs/testing.md)
 # balance the chunks; a target not listed counts 15.
 declare -A target_seconds=(
-  [sr_iov_cycle_preflight]=45 [fleet_audit]=90 [recover_gpu_breaker]=80 [vf_health]=40
-  [vgpu_canary]=33 [vgpu_sentinel_scan]=22 [gpu_sriov]=20 [vgpu_placement_info]=17
-  [vgpu_instance_info]=10 [inventory_vgpu_fleet]=8 [vf_health_info]=8 [run_marker]=6
-  [gpu_holders_info]=5 [fleet_awx]=2
+  [recover_gpu_breaker]=112 [fleet_audit]=110 [vf_health]=78 [sr_iov_cycle_preflight]=57
+  [vgpu_canary]=48 [vgpu_sentinel_scan]=32 [gpu_sriov]=28 [vgpu_placement_info]=22
+  [vf_health_info]=19 [vgpu_instance_info]=13 [inventory_vgpu_fleet]=13 [run_marker]=10
+  [gpu_holders_info]=10 [fleet_awx]=2
 )
 integration_targets() { # what a plain `ansible-test integration` runs: no setup_/prepare_ target, no
   local dir name   # disabled, unsupported, unstable or destructive one

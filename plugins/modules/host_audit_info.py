@@ -102,6 +102,14 @@ options:
     type: str
     choices: [auto, markers, vsock]
     default: auto
+  prometheus_textfile:
+    description:
+      - A node_exporter textfile (for example C(/var/lib/node_exporter/textfile/hypeman_vgpu.prom)) to read back
+        as RV(prometheus_textfile), so a caller that rewrites it after the audit can skip an unchanged one
+        without another module run. Read only; the P(hypeman.vgpu.fleet_reconcile#role) role passes its
+        C(fleet_reconcile_prometheus_dir) file.
+      - A symlink is not followed, nor read.
+    type: path
 notes:
   - It accepts every host-path option of the C(group/hypeman.vgpu.host) action group.
   - The placement view and the store section are two reads of the store; a write by hypeman between them
@@ -447,6 +455,16 @@ wedge_signals:
       placement view failed.
   returned: always
   type: dict
+prometheus_textfile:
+  description:
+    - With O(prometheus_textfile), that file as found; null otherwise.
+    - C(content) is its text when it is a regular file (not a symlink) of valid UTF-8 no larger than 4 MiB, else
+      null; C(mode) its permission bits as four octal digits (null when there is no such file); C(error) why it
+      could not be read, null when it was read or does not exist.
+  returned: always
+  type: dict
+  sample: {"path": "/var/lib/node_exporter/textfile/hypeman_vgpu.prom", "content": "# HELP ...", "mode": "0644",
+           "error": null}
 needs_action:
   description: Whether any issue is a warning or critical.
   returned: always
@@ -454,13 +472,44 @@ needs_action:
   sample: false
 """
 
+import os
+
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.hypeman.vgpu.plugins.module_utils import _payload_loader  # pylint: disable=unused-import  # first of ours
-from ansible_collections.hypeman.vgpu.plugins.module_utils import _audit, _wedge
+from ansible_collections.hypeman.vgpu.plugins.module_utils import _audit, _fileio, _wedge
 from ansible_collections.hypeman.vgpu.plugins.module_utils._errors import VgpuError
 from ansible_collections.hypeman.vgpu.plugins.module_utils._module import (
     run_host_module, shown, store_path)
+
+
+# node_exporter's textfiles are a few KiB; a bigger file is read as unknown (and rewritten by the caller).
+TEXTFILE_LIMIT = 4 * 1024 * 1024
+
+
+def read_textfile(path):
+    """``{path, content, mode, error}`` of a node_exporter textfile, for the caller's "unchanged?" test."""
+    found = {"path": path, "content": None, "mode": None, "error": None}
+    try:
+        fd, st = _fileio.open_regular(path, follow=False)
+    except FileNotFoundError:
+        return found
+    except OSError as err:
+        found["error"] = "%s: %s" % (path, err.strerror or err)
+        return found
+    try:
+        found["mode"] = "%04o" % (st.st_mode & 0o7777)
+        data = _fileio.read_fd(fd, path, TEXTFILE_LIMIT)
+    except OSError as err:
+        found["error"] = "%s: %s" % (path, err.strerror or err)
+        return found
+    finally:
+        os.close(fd)
+    try:
+        found["content"] = data.decode("utf-8")
+    except UnicodeDecodeError as err:
+        found["error"] = "%s: not UTF-8 text (%s)" % (path, err.reason)
+    return found
 
 
 def _body(module):
@@ -497,6 +546,8 @@ def _body(module):
                                          sentinel_mode=params["sentinel_mode"])
     for warning in warnings:
         module.warn(warning)
+    textfile = params["prometheus_textfile"]
+    result["prometheus_textfile"] = read_textfile(textfile) if textfile else None
     result["changed"] = False
     return result
 
@@ -514,6 +565,7 @@ def main():
         metrics_url=dict(type="str"),
         metrics_timeout=dict(type="int", default=10),
         sentinel_mode=dict(type="str", default="auto", choices=["auto", "markers", "vsock"]),
+        prometheus_textfile=dict(type="path"),
         **_wedge.argument_spec()
     ))
 

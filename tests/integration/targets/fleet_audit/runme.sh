@@ -69,9 +69,18 @@ check prometheus --dir "$work" --expected "$work/expected.json"
 # (deleted), a garbage one within it (skipped with a warning), the first audit's record.
 printf 'old' > "$work/prom-report/history/fleet-audit-20000101T000000Z.json"
 printf '\377garbage' > "$work/prom-report/history/fleet-audit-20000102T000000Z.json"
+# The audit reads each textfile back: an unchanged one is not touched (its write skipped, no module
+# run); one whose mode or text drifted is written again.
+chmod 0600 "$work/hosts/ok-000/prom/hypeman_vgpu.prom"
+echo 'stale 1' >> "$work/hosts/legacy-001/prom/hypeman_vgpu.prom"
 playbook hypeman.vgpu.audit -e audit_report_dir="$work/prom-report" -e "audit_prometheus_dir=$prom_dir" \
   -e audit_history_keep=3 2>&1 | tee "$work/prom-again.log"
-grep -E 'changed=[1-9]' "$work/prom-again.log" && { echo "FAIL: rewriting unchanged textfiles"; exit 1; }
+test "$(grep -E 'changed=[1-9]' "$work/prom-again.log" | cut -d' ' -f1 | sort | tr '\n' ' ')" = "legacy-001 ok-000 " \
+  || { echo "FAIL: the textfiles rewritten are not exactly the two that drifted"; exit 1; }
+test "$(stat -c %a "$work/hosts/ok-000/prom/hypeman_vgpu.prom")" = 644
+test "$(sed -n '/TASK .*Write the node_exporter textfile/,/^TASK/p' "$work/prom-again.log" | grep -c '^skipping: ')" = 12 \
+  || { echo "FAIL: unchanged textfiles were not skipped"; exit 1; }
+check prometheus --dir "$work" --expected "$work/expected.json"
 grep -q 'skipped fleet report history file .*fleet-audit-20000102T000000Z.json' "$work/prom-again.log"
 check history --report "$work/prom-report/fleet-audit.json" --points 2 \
   --skipped fleet-audit-20000102T000000Z.json --deleted fleet-audit-20000101T000000Z.json

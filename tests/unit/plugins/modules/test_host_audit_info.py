@@ -7,9 +7,12 @@ from __future__ import annotations
 import os
 
 import pytest
+from hypothesis import given, strategies as st
 
 from ansible_collections.hypeman.vgpu.plugins.modules import host_audit_info
 from ansible_collections.hypeman.vgpu.tests.sim.hosttree import HostTree
+from ansible_collections.hypeman.vgpu.tests.unit.hostile import (
+    hang_detector, property_settings, replace_with, tree_fingerprint)
 from ansible_collections.hypeman.vgpu.tests.unit.plugins.modules.module_results import run_module
 
 Q_AT = "2026-08-22T00:00:00Z"
@@ -228,3 +231,57 @@ def test_an_unreadable_journal_is_said_not_read_as_health(tree, capsys, fake_jou
     assert result["at_risk_vfs"] == [] and result["wedge_signals"]["complete"] is False
     assert "insufficient permissions" in result["wedge_signals"]["sources"][0]["error"]
     assert "wedge_signals_unread" in [i["code"] for i in result["issues"]]
+
+
+# --- prometheus_textfile: the node_exporter textfile read back, never written -------------------
+
+
+def test_the_textfile_is_read_back_and_nothing_is_written(tree, tmp_path, capsys):
+    textfile = tmp_path / "prom" / "hypeman_vgpu.prom"
+    textfile.parent.mkdir()
+    textfile.write_bytes(b"hypeman_vgpu_up 1\n")
+    textfile.chmod(0o600)
+    before = tree_fingerprint(str(tmp_path))
+    result = run(tree, capsys, prometheus_textfile=str(textfile))
+    assert result["prometheus_textfile"] == {"path": str(textfile), "content": "hypeman_vgpu_up 1\n", "mode": "0600",
+                                             "error": None}
+    assert result["changed"] is False and tree_fingerprint(str(tmp_path)) == before
+    assert run(tree, capsys)["prometheus_textfile"] is None
+    missing = run(tree, capsys, prometheus_textfile=str(tmp_path / "nowhere.prom"))["prometheus_textfile"]
+    assert missing == {"path": str(tmp_path / "nowhere.prom"), "content": None, "mode": None, "error": None}
+
+
+@pytest.mark.parametrize("how", ["fifo", "dir", "symlink", "dangling"])
+def test_a_textfile_that_is_not_a_regular_file_is_not_read(tmp_path, how):
+    target = tmp_path / "target.prom"
+    target.write_bytes(b"hypeman_vgpu_up 1\n")
+    path = replace_with(str(tmp_path / "hypeman_vgpu.prom"), how, str(target).encode())
+    with hang_detector(10, "reading a %s" % how):
+        found = host_audit_info.read_textfile(path)
+    assert found["content"] is None and found["mode"] is None
+    assert found["error"].startswith(path + ": ")
+
+
+def test_a_huge_textfile_is_not_read(tmp_path):
+    path = tmp_path / "hypeman_vgpu.prom"
+    with open(path, "wb") as handle:
+        handle.truncate(host_audit_info.TEXTFILE_LIMIT + 1)
+    found = host_audit_info.read_textfile(str(path))
+    assert found["content"] is None and found["mode"] == "0644"
+    assert "larger than %d bytes" % host_audit_info.TEXTFILE_LIMIT in found["error"]
+
+
+@property_settings(60)
+@given(st.binary(max_size=256), st.sampled_from([0o644, 0o600, 0o4755]))
+def test_any_textfile_bytes_come_back_as_they_are_or_as_unknown(tmp_path_factory, data, mode):
+    path = tmp_path_factory.mktemp("prom") / "hypeman_vgpu.prom"
+    path.write_bytes(data)
+    os.chmod(path, mode)
+    found = host_audit_info.read_textfile(str(path))
+    assert found["mode"] == "%04o" % mode
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError:
+        assert found["content"] is None and "not UTF-8 text" in found["error"]
+    else:
+        assert found["content"] == text and found["error"] is None
