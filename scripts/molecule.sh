@@ -2,9 +2,10 @@
 # Run molecule scenarios on the simulated vGPU host.
 #   scripts/molecule.sh [scenario ...]    (default: every extensions/molecule/*/molecule.yml)
 # Builds (or reuses) the cached image, then per scenario runs
-# syntax, create, prepare, converge, idempotence, verify, destroy as separate
+# create, prepare, converge, idempotence, verify, destroy as separate
 # molecule steps so each is timed; whatever happens, the scenario's containers
-# are destroyed. Prints a table of phase times and a summary line.
+# are destroyed. No syntax step: ansible-lint (make test) syntax-checks every
+# scenario playbook with the same ansible-core (docs/testing.md). Prints a table of phase times and a summary line.
 #
 # MOLECULE_JOBS=N runs N scenarios at a time (default 1). Scenarios are
 # independent: each has its own containers (distinct names, no network) and
@@ -87,7 +88,7 @@ run_scenario() { # scenario: the timed phases; writes $logdir/<scenario>.row, re
   for name in $(containers_of "$scenario"); do podman container exists "$name" 2>/dev/null && leftover=1; done
   if [ -n "$leftover" ]; then destroy_scenario "$scenario"; fi
   rm -rf "$(state_of "$scenario")"
-  for phase in syntax create prepare converge idempotence verify destroy; do
+  for phase in create prepare converge idempotence verify destroy; do
     # What ran inside the containers (boot, services, modules) before they go.
     [ "$phase" = destroy ] && times+=("containers ${container_cpu_s}c")
     start=$(date +%s)
