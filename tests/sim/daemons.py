@@ -43,14 +43,26 @@ def set_process_name(name):
         pass  # cosmetic only
 
 
-def _until_signalled(cleanup=None):
+def _stop_signals(term_ignored=None):
+    """SIGTERM and SIGINT handlers that ask the main loop to stop; returns the list they append to.
+
+    ``term_ignored()`` true makes SIGTERM do nothing (a stuck guest's QEMU).
+    """
     stop = []
 
-    def handler(_signum, _frame):
+    def handler(signum, _frame):
+        if signum == signal.SIGTERM and term_ignored is not None and term_ignored():
+            return
         stop.append(True)
 
     signal.signal(signal.SIGTERM, handler)
     signal.signal(signal.SIGINT, handler)
+    return stop
+
+
+def _until_signalled(cleanup=None, stop=None):
+    if stop is None:
+        stop = _stop_signals()
     try:
         while not stop:
             time.sleep(0.2)
@@ -68,12 +80,19 @@ def hold_open(paths):
 def run_vmm(instance_id, socket_path, nodes):
     """The VMM stand-in: hold the VF's vfio nodes, own the control socket."""
     set_process_name("qemu-system-x86")
+    stuck = []
 
-    def stuck(_signum, _frame):
-        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    def on_stuck(_signum, _frame):
+        stuck.append(True)
         print("vmm %s: guest stuck in GPU driver init, SIGTERM ignored from now on" % instance_id, flush=True)
 
-    signal.signal(signal.SIGUSR1, stuck)
+    # Every handler is in place before the socket appears (what a boot waits for), and SIGTERM
+    # asks the flag instead of being set to SIG_IGN by the SIGUSR1 handler: a SIGTERM sent right
+    # after SIGUSR1, before this process ran, once found the default action (or the stop handler
+    # installed later) and the "stuck" QEMU exited on SIGTERM. Python runs pending handlers in
+    # signal-number order, so SIGUSR1's runs first.
+    signal.signal(signal.SIGUSR1, on_stuck)
+    stop = _stop_signals(term_ignored=lambda: bool(stuck))
     fds = hold_open(nodes)
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     tmp = socket_path + ".binding"
@@ -95,7 +114,7 @@ def run_vmm(instance_id, socket_path, nodes):
         for fd in fds:
             os.close(fd)
 
-    return _until_signalled(cleanup)
+    return _until_signalled(cleanup, stop)
 
 
 def card_nodes(dev_root, minors=None):

@@ -12,6 +12,7 @@ from __future__ import annotations
 import io
 import json
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -69,6 +70,54 @@ def test_a_vsock_era_boot_prints_no_marker_and_its_agent_answers(vsock_host):
     counters = sim_metrics.SentinelCounters()
     sim_sentinel.VsockSentinel(_api(vsock_host), counters).poll_once()
     assert counters.checks == {"ok": 1, "failed": 1} and counters.init_failures == 1
+
+
+_VMM_STOPPED_AT_ITS_SOCKET = """
+import os, signal, sys
+from ansible_collections.hypeman.vgpu.tests.sim import daemons
+rename = os.rename
+def rename_then_stop(src, dst):
+    rename(src, dst)
+    os.kill(os.getpid(), signal.SIGSTOP)
+os.rename = rename_then_stop
+sys.exit(daemons.run_vmm("inst-a", sys.argv[1], []))
+"""
+
+
+def _proc_status(pid, field):
+    with open("/proc/%d/status" % pid) as handle:
+        for line in handle:
+            if line.startswith(field + ":"):
+                return line.split()[1]
+    return None
+
+
+def test_a_vmm_ignores_a_sigterm_sent_with_its_sigusr1_as_soon_as_its_socket_exists(tmp_path):
+    # hard_kill sends SIGUSR1 once the boot saw the socket, and the hypeman stand-in SIGTERM right
+    # after: under load both were pending before the VMM ran again, and it once exited on SIGTERM
+    # (its SIGTERM handler came after the socket, SIG_IGN from the SIGUSR1 handler). This VMM stops
+    # itself right after the socket appears, the worst moment, and gets both signals there.
+    socket_path = str(tmp_path / "qemu.sock")
+    vmm = subprocess.Popen([sys.executable, "-c", _VMM_STOPPED_AT_ITS_SOCKET, socket_path],
+                           env=dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path)),
+                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.time() + 30
+        while time.time() < deadline and vmm.poll() is None and _proc_status(vmm.pid, "State") != "T":
+            time.sleep(0.02)
+        assert _proc_status(vmm.pid, "State") == "T" and os.path.exists(socket_path)
+        caught = int(_proc_status(vmm.pid, "SigCgt"), 16)
+        assert [sig.name for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGUSR1) if not caught >> (sig - 1) & 1] == []
+        for sig in (signal.SIGUSR1, signal.SIGTERM, signal.SIGCONT):
+            os.kill(vmm.pid, sig)
+        time.sleep(0.5)
+        assert vmm.poll() is None, "the stuck VMM exited on SIGTERM"
+        os.kill(vmm.pid, signal.SIGINT)  # a stuck VMM still stops on SIGINT
+        assert vmm.wait(timeout=10) == 0
+    finally:
+        if vmm.poll() is None:
+            vmm.kill()
+            vmm.wait()
 
 
 def test_hard_kill_after_an_ignored_sigterm_logs_device_may_wedge_and_the_vf_is_at_risk(vsock_host, tmp_path):
