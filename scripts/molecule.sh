@@ -5,7 +5,8 @@
 # create, prepare, converge, idempotence, verify, destroy as separate
 # molecule steps so each is timed; whatever happens, the scenario's containers
 # are destroyed. No syntax step: ansible-lint (make test) syntax-checks every
-# scenario playbook with the same ansible-core (docs/testing.md). Prints a table of phase times and a summary line.
+# scenario playbook with the same ansible-core (docs/testing.md). Prints a
+# table of phase times and a summary line.
 #
 # MOLECULE_JOBS=N runs N scenarios at a time (default 1). Scenarios are
 # independent: each has its own containers (distinct names, no network) and

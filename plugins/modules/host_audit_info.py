@@ -492,19 +492,16 @@ def read_textfile(path):
     found = {"path": path, "content": None, "mode": None, "error": None}
     try:
         fd, st = _fileio.open_regular(path, follow=False)
+        try:
+            found["mode"] = "%04o" % (st.st_mode & 0o7777)
+            data = _fileio.read_fd(fd, path, TEXTFILE_LIMIT)
+        finally:
+            os.close(fd)
     except FileNotFoundError:
         return found
     except OSError as err:
         found["error"] = "%s: %s" % (path, err.strerror or err)
         return found
-    try:
-        found["mode"] = "%04o" % (st.st_mode & 0o7777)
-        data = _fileio.read_fd(fd, path, TEXTFILE_LIMIT)
-    except OSError as err:
-        found["error"] = "%s: %s" % (path, err.strerror or err)
-        return found
-    finally:
-        os.close(fd)
     try:
         found["content"] = data.decode("utf-8")
     except UnicodeDecodeError as err:
