@@ -25,7 +25,7 @@ apt_ensure git shellcheck make "${test_apt_packages[@]}" "${molecule_apt_package
 # the simulated-host image are independent: they run at the same time.
 parallel_pids=()
 python311=$(command -v python3.11 || command -v python3)
-parallel_steps_start venv-py311 make_venv .venv "$python311" requirements-dev.txt
+parallel_steps_start venv-py311 make_test_venv .venv "$python311" requirements-dev.txt
 if [ "${VGPU_TEST_TOOLS:-0}" = 1 ]; then
   parallel_steps_start venv-eda make_venv .venv-eda "$python311" requirements-eda.txt
 fi
@@ -38,7 +38,7 @@ for cand in "$(command -v python3.12 || true)" "$(pyenv root 2>/dev/null || echo
   fi
 done
 if [ -n "$python312" ]; then
-  parallel_steps_start venv-py312 make_venv .venv-py312 "$python312" requirements-dev-py312.txt
+  parallel_steps_start venv-py312 make_test_venv .venv-py312 "$python312" requirements-dev-py312.txt
 else
   log "python3.12: not found; the ansible-core 2.21 matrix entry will be skipped"
   rm -rf .venv-py312

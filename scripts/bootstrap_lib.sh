@@ -33,6 +33,18 @@ make_venv() { # dir python requirements: (re)create the venv unless its stamp ma
   sha256sum "$req" "${included[@]}" > "$stamp"
 }
 
+# The test venvs (make test) load tests/harness/zipimport_compile_once.py at interpreter
+# start, but only where its marker exists: scripts/test.sh creates it in the private /tmp
+# of its integration phases (docs/testing.md, "Modules compiled once").
+make_test_venv() { # dir python requirements
+  make_venv "$@"
+  local harness marker=/tmp/.hypeman-vgpu-zipimport-compile-once name=hypeman_vgpu_zipimport_compile_once site
+  harness="$(pwd)/tests/harness/zipimport_compile_once.py"
+  site=$("$1/bin/python" -c 'import sysconfig; print(sysconfig.get_path("purelib"))')
+  printf 'import os; os.path.exists("%s") and exec(compile(open("%s").read(), "%s", "exec"), {"__name__": "%s"})\n' \
+    "$marker" "$harness" "$harness" "$name" > "$site/$name.pth"
+}
+
 # Independent steps at the same time: pip downloads and unpacks, debootstrap
 # waits on the mirror; one after another they left both CPUs idle most of the
 # time. Each step's output goes to its own log, printed when it ends.

@@ -78,10 +78,13 @@ ansible_test() { # venv-dir ansible-test-args...
     # kernel time (docs/testing.md, "Scratch in memory").
     # A repo under /tmp is mounted back in place through a descriptor opened
     # before /tmp was covered (-c: mount must not resolve that path again).
+    # An integration phase's marker there has the test venvs' interpreters compile each
+    # module of an AnsiballZ payload once, not twice (tests/harness/zipimport_compile_once.py).
     # shellcheck disable=SC2016  # the inner script expands its own arguments
     PATH="$venv/bin:$PATH" VIRTUAL_ENV="$venv" unshare -m bash -c '
       real=$(realpath "$1") && exec 9< "$real" || exit 1
       mount -t tmpfs -o mode=1777 hypeman-vgpu-tmp /tmp || exit 1
+      if [ "$5" = integration ]; then : > /tmp/.hypeman-vgpu-zipimport-compile-once || exit 1; fi
       case "$real/" in
         /tmp/*) mkdir -p "$real" && mount -c --bind /proc/self/fd/9 "$real" || exit 1 ;;
       esac
