@@ -17,17 +17,13 @@ import zipfile
 
 import pytest
 
+from ansible_collections.hypeman.vgpu.tests.unit.compile_probe import COUNTING_COMPILE
+
 HARNESS = os.path.join(os.path.dirname(__file__), "..", "..", "harness", "zipimport_compile_once.py")
 DOUBLE_COMPILE = sys.version_info < (3, 13)  # what the patch removes; its own unit of the control below
 
-PROBE = r'''
-import builtins, collections, json, runpy, sys, traceback
-compiled = collections.Counter()
-real_compile = builtins.compile
-def counting_compile(source, filename, *args, **kwargs):
-    compiled[str(filename).rsplit("/", 1)[-1]] += 1
-    return real_compile(source, filename, *args, **kwargs)
-builtins.compile = counting_compile
+PROBE = COUNTING_COMPILE + r'''
+import runpy
 report = {}
 if sys.argv[2]:
     namespace = {"__name__": "zipimport_compile_once"}

@@ -18,6 +18,7 @@ import sys
 import zipfile
 
 from ansible_collections.hypeman.vgpu.plugins.module_utils import _payload_loader
+from ansible_collections.hypeman.vgpu.tests.unit.compile_probe import COUNTING_COMPILE
 
 PACKAGE = "ansible_collections.hypeman.vgpu.plugins.module_utils"
 PACKAGE_DIR = PACKAGE.replace(".", "/")
@@ -33,16 +34,8 @@ def fail():
 '''
 HELPER_B = "VALUE = 41\n"
 
-# Runs inside the payload's interpreter: counts compile() calls per file name
-# (zipimport compiles with the builtin too), then reports what it saw as JSON.
-PROBE = r'''
-import builtins, collections, json, sys, traceback
-compiled = collections.Counter()
-real_compile = builtins.compile
-def counting_compile(source, filename, *args, **kwargs):
-    compiled[str(filename).rsplit("/", 1)[-1]] += 1
-    return real_compile(source, filename, *args, **kwargs)
-builtins.compile = counting_compile
+# Runs inside the payload's interpreter, counting compiles, then reports what it saw as JSON.
+PROBE = COUNTING_COMPILE + r'''
 sys.path.insert(0, sys.argv[1])
 use_loader = sys.argv[2] == "loader"
 report = {}
