@@ -79,7 +79,8 @@ ansible_test() { # venv-dir ansible-test-args...
     # A repo under /tmp is mounted back in place through a descriptor opened
     # before /tmp was covered (-c: mount must not resolve that path again).
     # An integration phase's marker there has the test venvs' interpreters compile each
-    # module of an AnsiballZ payload once, not twice (tests/harness/zipimport_compile_once.py).
+    # source of an AnsiballZ payload once per phase, not twice per module run
+    # (tests/harness/zipimport_compile_once.py; its code cache lives in that /tmp too).
     # shellcheck disable=SC2016  # the inner script expands its own arguments
     PATH="$venv/bin:$PATH" VIRTUAL_ENV="$venv" unshare -m bash -c '
       real=$(realpath "$1") && exec 9< "$real" || exit 1
