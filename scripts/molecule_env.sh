@@ -19,3 +19,7 @@ export PYTEST_ADDOPTS="${PYTEST_ADDOPTS:-} -p no:pytest-ansible"
 if [ "${VGPU_SIM_PIPELINING:-1}" != 0 ]; then
   export ANSIBLE_CONNECTION_PLUGINS="$vgpu_sim_repo/extensions/molecule/connection_plugins"
 fi
+# Each container's command runner socket (tests/sim/exec_agent.py) lives in
+# $VGPU_SIM_EXEC_DIR/<container>/ (resources/create.yml mounts it); empty, every
+# command goes through podman exec.
+export VGPU_SIM_EXEC_DIR=${VGPU_SIM_EXEC_DIR-/run/hypeman-vgpu-sim-exec}
