@@ -184,13 +184,35 @@ def serve(directory):
     make_server(os.path.join(directory, SOCKET_NAME), exec_environment()).serve_forever()
 
 
+def run_in(container, argv):
+    """``exec_agent.py run CONTAINER ARGV...`` on the controller (scripts that poll the container):
+    ARGV through CONTAINER's agent, or ``podman exec`` where none listens; its output and status."""
+    agent_socket = socket_for(container)
+    if agent_socket:
+        try:
+            rc, stdout, stderr = run(agent_socket, argv)
+        except Unavailable:
+            pass
+        else:
+            sys.stdout.buffer.write(stdout)
+            sys.stderr.buffer.write(stderr)
+            return rc
+    return subprocess.call(["podman", "exec", container] + list(argv))
+
+
+USAGE = """usage: python3 -m tests.sim.exec_agent serve DIRECTORY   (in the container)
+       python3 exec_agent.py run CONTAINER ARGV...         (on the controller)"""
+
+
 def main(argv=None):
     args = sys.argv[1:] if argv is None else argv
-    if len(args) != 2 or args[0] != "serve":
-        print("usage: python3 -m tests.sim.exec_agent serve DIRECTORY", file=sys.stderr)
-        return 2
-    serve(args[1])
-    return 0
+    if len(args) == 2 and args[0] == "serve":
+        serve(args[1])
+        return 0
+    if len(args) >= 3 and args[0] == "run":
+        return run_in(args[1], args[2:])
+    print(USAGE, file=sys.stderr)
+    return 2
 
 
 if __name__ == "__main__":

@@ -10,12 +10,16 @@
 set -uo pipefail
 container=$1 log=$2
 shift 2
-podman exec "$container" sh -c \
+# A command in the container: through its command runner, or podman exec where none listens
+# (tests/sim/exec_agent.py); the poll below runs one every half second.
+agent="$(cd "$(dirname "$0")/../../.." && pwd)/tests/sim/exec_agent.py"
+in_container() { python3 "$agent" run "$container" "$@"; }
+in_container sh -c \
   'mkdir -p /run/recover-test && rm -f /run/recover-test/release && touch /run/recover-test/interrupt-after-disable'
 setsid "$@" >"$log" 2>&1 &
 pid=$!
 for _ in $(seq 600); do
-  if podman exec "$container" test -e /run/recover-test/blocked.pids; then
+  if in_container test -e /run/recover-test/blocked.pids; then
     sleep 2  # let the run poll the job once: the Ctrl-C lands in the wait
     kill -INT -- "-$pid"
     for _ in $(seq 120); do
@@ -31,7 +35,8 @@ for _ in $(seq 600); do
     wait "$pid"
     rc=$?
     # The wrapper (blocked) and its parent, the gpu_sriov module process, must still run.
-    if ! podman exec "$container" sh -c 'read -r wrapper module < /run/recover-test/blocked.pids && kill -0 "$module" "$wrapper"'; then
+    # shellcheck disable=SC2016  # the container's shell expands them
+    if ! in_container sh -c 'read -r wrapper module < /run/recover-test/blocked.pids && kill -0 "$module" "$wrapper"'; then
       echo "the sriov-manage job on the host did not survive the Ctrl-C" >&2
       exit 1
     fi

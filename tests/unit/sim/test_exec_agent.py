@@ -113,6 +113,30 @@ def test_socket_for_follows_vgpu_sim_exec_dir():
     assert exec_agent.socket_for("c1", {}) is None
 
 
+def test_run_in_uses_the_containers_agent_else_podman_exec(tmp_path, monkeypatch, capfdbinary):
+    container_dir = tmp_path / "box"
+    container_dir.mkdir()
+    server = exec_agent.make_server(str(container_dir / exec_agent.SOCKET_NAME), ENV)
+    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
+    thread.start()
+    podman_calls = []
+    monkeypatch.setattr(exec_agent.subprocess, "call", lambda argv: podman_calls.append(argv) or 9)
+    monkeypatch.setenv("VGPU_SIM_EXEC_DIR", str(tmp_path))
+    try:
+        assert exec_agent.main(["run", "box", "sh", "-c", "echo out; echo err >&2; exit 4"]) == 4
+        assert capfdbinary.readouterr() == (b"out\n", b"err\n")
+        assert podman_calls == []
+    finally:
+        server.shutdown()
+        server.server_close()
+    # Its agent gone (a stale socket) or no directory: podman exec, with the same arguments.
+    assert exec_agent.main(["run", "box", "test", "-e", "/x"]) == 9
+    monkeypatch.delenv("VGPU_SIM_EXEC_DIR")
+    assert exec_agent.main(["run", "box", "true"]) == 9
+    assert podman_calls == [["podman", "exec", "box", "test", "-e", "/x"], ["podman", "exec", "box", "true"]]
+    assert exec_agent.main(["run", "box"]) == 2 and podman_calls[2:] == []
+
+
 def _raw(agent, data):
     """What the agent answers to DATA (b"" when it just hangs up, unread data or not)."""
     with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
