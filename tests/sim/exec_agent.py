@@ -4,10 +4,11 @@
 """Command runner inside the simulated host's container (test equipment).
 
 ``podman exec`` costs about 0.2 s of CPU per call (the podman client, conmon and
-``runc exec``), as much as the module it starts; a molecule run makes more than
-a thousand. The molecule create step (``extensions/molecule/resources/create.yml``)
-starts this agent once with ``podman exec --detach``, listening on a unix socket
-in a directory it bind-mounted into the container; the agent starts each
+``runc exec``), about what the module it starts costs, and a molecule scenario
+makes hundreds (``recover_happy``: 228). The molecule create step
+(``extensions/molecule/resources/create.yml``) starts this agent once with
+``podman exec --detach``, listening on a unix socket in a directory it
+bind-mounted into the container; the agent starts each
 command as its own child. The agent being a ``podman exec`` process itself,
 its commands get what ``podman exec`` would give them: the container's
 namespaces, capabilities, seccomp filter, cgroup (the container's, outside
