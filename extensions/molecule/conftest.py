@@ -30,16 +30,12 @@ class ExecAgentBackend(PodmanBackend):
     """testinfra's podman:// backend, through the container's command runner where it listens."""
 
     def run(self, command, *args, **kwargs):
-        agent_socket = None if self.user else exec_agent.socket_for(self.name)
-        if agent_socket:
+        if self.user is None:
             cmd = self.get_command(command, *args)
-            try:
-                rc, stdout, stderr = exec_agent.run(agent_socket, ["/bin/sh", "-c", cmd])
-            except exec_agent.Unavailable:
-                pass  # nothing listens (yet): podman exec
-            else:
-                return self.result(rc, self.encode(cmd), stdout, stderr)
-        return super().run(command, *args, **kwargs)
+            result = exec_agent.run_in_container(self.name, ["/bin/sh", "-c", cmd])
+            if result is not None:
+                return self.result(result[0], self.encode(cmd), result[1], result[2])
+        return super().run(command, *args, **kwargs)  # no runner listens (yet): podman exec
 
 
 @pytest.fixture(scope="module")

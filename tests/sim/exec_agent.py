@@ -21,8 +21,9 @@ One request per connection: a 4-byte big-endian length and a JSON header
 ``{"argv": [...], "stdin": N or null}``, then N bytes of stdin. The answer: a
 4-byte length, ``{"rc": R, "stdout": A, "stderr": B}``, then A and B bytes.
 
-``run`` is the controller's side (the molecule connection plugin and the
-testinfra backend): it raises ``Unavailable`` only when nothing listens (no
+``run`` is the controller's side, ``run_in_container`` its one entry for the
+molecule connection plugin, the testinfra backend and ``run`` on the command
+line (None: no agent, use ``podman exec``). ``run`` raises ``Unavailable`` only when nothing listens (no
 socket, connection refused), before anything was sent, so the caller may use
 ``podman exec`` instead; any later failure is an error, since the command may
 have run.
@@ -122,6 +123,18 @@ def run(socket_path, argv, stdin=None, timeout=None):
         sock.close()
 
 
+def run_in_container(container, argv, stdin=None, timeout=None):
+    """run() through CONTAINER's agent: (rc, stdout, stderr), or None when no agent is configured
+    or listens there (the caller uses podman exec)."""
+    agent_socket = socket_for(container)
+    if agent_socket:
+        try:
+            return run(agent_socket, argv, stdin, timeout)
+        except Unavailable:
+            pass
+    return None
+
+
 # --- container side ------------------------------------------------------------------
 
 
@@ -188,17 +201,13 @@ def serve(directory):
 def run_in(container, argv):
     """``exec_agent.py run CONTAINER ARGV...`` on the controller (scripts that poll the container):
     ARGV through CONTAINER's agent, or ``podman exec`` where none listens; its output and status."""
-    agent_socket = socket_for(container)
-    if agent_socket:
-        try:
-            rc, stdout, stderr = run(agent_socket, argv)
-        except Unavailable:
-            pass
-        else:
-            sys.stdout.buffer.write(stdout)
-            sys.stderr.buffer.write(stderr)
-            return rc
-    return subprocess.call(["podman", "exec", container] + list(argv))
+    result = run_in_container(container, argv)
+    if result is None:
+        return subprocess.call(["podman", "exec", container] + list(argv))
+    rc, stdout, stderr = result
+    sys.stdout.buffer.write(stdout)
+    sys.stderr.buffer.write(stderr)
+    return rc
 
 
 USAGE = """usage: python3 -m tests.sim.exec_agent serve DIRECTORY   (in the container)

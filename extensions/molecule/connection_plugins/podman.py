@@ -115,15 +115,15 @@ class Connection(PodmanConnection):
     def exec_command(self, cmd, in_data=None, sudoable=False):
         ConnectionBase.exec_command(self, cmd, in_data=in_data, sudoable=sudoable)
         argv = shlex.split(to_native(cmd, errors="surrogate_or_strict"))
-        agent_socket = None if self.user else exec_agent().socket_for(self._container_id)
-        if agent_socket:
+        if not self.user:
             try:
-                return exec_agent().run(agent_socket, argv, in_data)
-            except exec_agent().Unavailable:
-                pass  # nothing listens (yet): podman exec below
+                result = exec_agent().run_in_container(self._container_id, argv, in_data)
             except (OSError, exec_agent().ProtocolError) as exc:
                 raise AnsibleConnectionFailure("command runner of %s (%s): %s" % (
-                    self._container_id, agent_socket, exc)) from None
+                    self._container_id, exec_agent().socket_for(self._container_id), exc)) from None
+            if result is not None:
+                return result
+        # No runner listens (yet): podman exec.
         args = ["exec"]
         if in_data is not None:
             args.append("-i")  # the pipelined module arrives on stdin
