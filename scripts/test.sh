@@ -218,6 +218,23 @@ pool_jobs() {
   done
   echo "110 checks checks"
 }
+# ansible-test's SSH key pair (~/.ansible/test/id_rsa{,.pub}), made once before the pool:
+# each ansible-test integration makes it when it is missing, and two starting together on
+# a fresh machine raced (one saw the other's half-written pair and ssh-keygen asked
+# "Overwrite (y/n)?" with no one to answer). Made the way ansible-test makes it
+# (core_ci.SshKey: PEM, RSA, no passphrase, "RSA PRIVATE KEY" labels), in a scratch
+# directory, then moved in, public half first, never over an existing file.
+ansible_test_ssh_key() {
+  local dir="$HOME/.ansible/test" scratch
+  [ -e "$dir/id_rsa" ] || [ -e "$dir/id_rsa.pub" ] && return 0
+  mkdir -p "$dir" && scratch=$(mktemp -d -p "$dir") || return 1
+  ssh-keygen -m PEM -q -t rsa -N '' -f "$scratch/id_rsa" < /dev/null \
+    && sed -i -E 's/(BEGIN|END) PRIVATE KEY/\1 RSA PRIVATE KEY/' "$scratch/id_rsa" \
+    && mv -n "$scratch/id_rsa.pub" "$dir/id_rsa.pub" && mv -n "$scratch/id_rsa" "$dir/id_rsa"
+  local rc=$?
+  rm -rf "$scratch"
+  return "$rc"
+}
 # run_pool N: run the pool's jobs, the longest first, N at a time; once none is left to
 # start, let molecule start more scenarios at once (MOLECULE_JOBS_LATE).
 run_pool() {
@@ -267,6 +284,7 @@ case "${1:-all}" in
       export MOLECULE_JOBS_FILE="$results_dir/molecule.jobs"
       MOLECULE_JOBS=${MOLECULE_JOBS:-2} job_start molecule molecule_all
       molecule_pid=${job_pids[molecule]}
+      ansible_test_ssh_key || echo "[test] could not make ansible-test's SSH key; each integration job makes it"
       run_pool "${TEST_JOBS:-3}"
       echo "${MOLECULE_JOBS_LATE:-3}" > "$MOLECULE_JOBS_FILE"
       wait "$molecule_pid"
