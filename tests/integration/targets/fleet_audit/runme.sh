@@ -7,7 +7,7 @@
 #   ansible-runner (AWX's engine) -> the set_stats artifact arrives;
 #   Prometheus textfiles; reconcile --check (nothing changes), reconcile
 #   (safe repairs, listed), reconcile again (nothing to do), audit after.
-set -eux
+set -euxo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 py=$(command -v python)
 work=$(mktemp -d)
@@ -30,8 +30,10 @@ check report --report "$work/audit/fleet-audit.json" --expected "$work/expected.
 check policy --report "$work/audit/fleet-audit.json"
 
 # The same audit in check mode: identical results, nothing touched, nothing reported as changed
-# (creating the report directory is the job's output, not a change).
-playbook hypeman.vgpu.audit --check -e audit_report_dir="$work/audit-check" | tee "$work/audit-check.log"
+# (creating the report directory is the job's output, not a change). The extras' settings are
+# given as null here, which means unset (it used to fail on `length` of None).
+playbook hypeman.vgpu.audit --check -e audit_report_dir="$work/audit-check" \
+  -e '{"audit_prometheus_dir": null, "hypeman_vgpu_metrics_url": null}' | tee "$work/audit-check.log"
 grep -E 'changed=[1-9]' "$work/audit-check.log" && { echo "FAIL: the check-mode audit reports a change"; exit 1; }
 # No host needs an extra here: the per-host play ends once for all hosts, no host reaches the extras.
 grep -q 'End the play when no host needs the extras' "$work/audit-check.log"
