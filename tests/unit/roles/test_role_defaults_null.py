@@ -1,0 +1,78 @@
+# -*- coding: utf-8 -*-
+# Copyright: hypeman.vgpu contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""A null hypeman_vgpu_* inventory variable means unset in every role's defaults.
+
+Role argument validation lets a null string through (as unset), so a role
+default chained to a hypeman_vgpu_* variable must not hand None on: a null
+``hypeman_vgpu_metrics_url`` once failed every host of an audit on
+``length`` of None. Renders the roles' own defaults files with Ansible's
+templating, with each chained variable null, then set.
+"""
+
+from __future__ import annotations
+
+import glob
+import os
+import re
+
+import pytest
+import yaml
+
+from ansible.parsing.dataloader import DataLoader
+from ansible.template import Templar, trust_as_template
+
+ROLES = os.path.join(os.path.dirname(__file__), "..", "..", "..", "roles")
+CHAINED = re.compile(r"^\{\{ (hypeman_vgpu_\w+) \| default\(''")
+
+
+def _load(path):
+    with open(path) as handle:
+        return yaml.safe_load(handle) or {}
+
+
+def _trusted(values):
+    return dict((name, trust_as_template(value) if isinstance(value, str) else value) for name, value in values.items())
+
+
+def _render(variables, name):
+    return Templar(loader=DataLoader(), variables=_trusted(variables)).template(trust_as_template("{{ %s }}" % name))
+
+
+def _chains():
+    """(role, role variable, hypeman_vgpu_* variable) for each default chained to an empty-string fallback."""
+    found = []
+    for path in sorted(glob.glob(os.path.join(ROLES, "*", "defaults", "main.yml"))):
+        role = path.split(os.sep)[-3]
+        for name, value in _load(path).items():
+            match = CHAINED.match(value) if isinstance(value, str) else None
+            if match:
+                found.append((role, name, match.group(1)))
+    return found
+
+
+def test_every_role_with_an_api_url_chains_it():
+    # The parametrized test below must not pass by finding nothing.
+    roles = set(role for role, name, _source in _chains() if name.endswith("_api_url"))
+    assert roles >= {"clear_quarantine", "fleet_reconcile", "gpu_drain", "sr_iov_cycle", "store_edit", "vgpu_canary", "vgpu_host"}
+
+
+@pytest.mark.parametrize("role,name,source", _chains(), ids=str)
+def test_a_null_inventory_variable_gives_the_empty_default(role, name, source):
+    defaults = _load(os.path.join(ROLES, role, "defaults", "main.yml"))
+    assert _render(dict(defaults, **{source: None}), name) == ""
+    assert _render(defaults, name) == ""
+    assert _render(dict(defaults, **{source: "https://hypeman.example:8443"}), name) == "https://hypeman.example:8443"
+
+
+@pytest.mark.parametrize("setting", ["audit_prometheus_dir", "hypeman_vgpu_metrics_url",
+                                     "fleet_reconcile_prometheus_dir", "fleet_reconcile_metrics_url"])
+def test_the_audit_extras_treat_a_null_setting_as_unset(setting):
+    role = os.path.join(ROLES, "fleet_reconcile")
+    variables = dict(_load(os.path.join(role, "defaults", "main.yml")), **_load(os.path.join(role, "vars", "main.yml")))
+    assert _render(dict(variables, **{setting: None}), "fleet_reconcile_audit_extras_possible") is False
+    assert _render(dict(variables, **{setting: None}), "fleet_reconcile_prometheus_path") == ""
+    value = "/var/lib/node_exporter" if "prometheus" in setting else "http://127.0.0.1:8080/metrics"
+    assert _render(dict(variables, **{setting: value}), "fleet_reconcile_audit_extras_possible") is True
+    if "prometheus" in setting:
+        assert _render(dict(variables, **{setting: value}), "fleet_reconcile_prometheus_path") == value + "/hypeman_vgpu.prom"
