@@ -76,3 +76,25 @@ def test_the_audit_extras_treat_a_null_setting_as_unset(setting):
     assert _render(dict(variables, **{setting: value}), "fleet_reconcile_audit_extras_possible") is True
     if "prometheus" in setting:
         assert _render(dict(variables, **{setting: value}), "fleet_reconcile_prometheus_path") == value + "/hypeman_vgpu.prom"
+
+
+def _service_chains():
+    found = []
+    for path in sorted(glob.glob(os.path.join(ROLES, "*", "defaults", "main.yml"))):
+        for name, value in _load(path).items():
+            if name.endswith("_service") and isinstance(value, str) and "hypeman_vgpu_service" in value:
+                found.append((path.split(os.sep)[-3], name))
+    return found
+
+
+def test_every_role_chains_its_service():
+    assert len(_service_chains()) == 7
+
+
+@pytest.mark.parametrize("role,name", _service_chains(), ids=str)
+def test_a_null_service_means_hypeman_and_an_empty_one_no_unit(role, name):
+    defaults = _load(os.path.join(ROLES, role, "defaults", "main.yml"))
+    assert _render(defaults, name) == "hypeman"
+    assert _render(dict(defaults, hypeman_vgpu_service=None), name) == "hypeman"
+    assert _render(dict(defaults, hypeman_vgpu_service=""), name) == ""
+    assert _render(dict(defaults, hypeman_vgpu_service="hypeman-canary"), name) == "hypeman-canary"
