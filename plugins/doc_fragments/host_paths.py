@@ -83,4 +83,6 @@ notes:
   - Every module of the action group C(group/hypeman.vgpu.host) accepts every host-path
     and API option, so one C(module_defaults) block sets them for a whole play; a module
     ignores the ones it does not read.
+  - An option given as V(null) (an inventory variable with no value, passed on by a role) is the same as one left
+    out, so its default applies. A null required option still fails, naming it.
 """

@@ -197,7 +197,8 @@ def _fail_raw(msg):
 def new_module(module_class, **kwargs):
     """``module_class(**kwargs)`` (the AnsibleModule), failing cleanly on arguments it cannot even read.
 
-    Arguments nested thousands of levels deep make AnsibleModule's own
+    An option given as null is read as one left out when it has a default
+    (:func:`_nulls_omitted`). Arguments nested thousands of levels deep make AnsibleModule's own
     decoding and copying recurse without end: that becomes a failure result
     instead of a traceback. Anything else is AnsibleModule's to report.
     """
@@ -205,7 +206,7 @@ def new_module(module_class, **kwargs):
     if problem:
         _fail_raw(problem)
     try:
-        return module_class(**kwargs)
+        return _nulls_omitted(module_class, kwargs.get("argument_spec") or {})(**kwargs)
     except Exception as err:  # pylint: disable=broad-except  # re-raised unless it is one of ours
         chain = _cause_chain(err)
         if any(isinstance(e, RecursionError) for e in chain):
@@ -216,6 +217,40 @@ def new_module(module_class, **kwargs):
         if any(isinstance(e, UnicodeError) for e in chain):
             _fail_raw("module arguments contain text that is not UTF-8; expected UTF-8 text")
         raise
+
+
+def _drop_defaulted_nulls(argument_spec, params):
+    """Remove from ``params`` each option (or alias) given as null that has a default, suboptions too."""
+    if not isinstance(params, dict):
+        return
+    for name, spec in argument_spec.items():
+        keys = [name] + list(spec.get("aliases") or [])
+        if spec.get("default") is not None:
+            for key in keys:
+                if key in params and params[key] is None:
+                    del params[key]
+        if spec.get("options"):
+            for key in keys:
+                value = params.get(key)
+                for item in value if isinstance(value, list) else [value]:
+                    _drop_defaulted_nulls(spec["options"], item)
+
+
+def _nulls_omitted(module_class, argument_spec):
+    """``module_class``, reading an option given as null as one left out where the option has a default.
+
+    AnsibleModule applies a default only to an absent option: a null one (an
+    inventory variable with no value, passed on by a role's ``default(omit)``)
+    would fail the type check, or reach a path option as ``''``. The class's
+    ``_load_params`` is Ansible's hook for modules that read their own arguments.
+    """
+
+    class NullsOmitted(module_class):
+        def _load_params(self):
+            super()._load_params()
+            _drop_defaulted_nulls(argument_spec, self.params)
+
+    return NullsOmitted
 
 
 def _raw_text_problem(argument_spec):

@@ -30,10 +30,12 @@ check report --report "$work/audit/fleet-audit.json" --expected "$work/expected.
 check policy --report "$work/audit/fleet-audit.json"
 
 # The same audit in check mode: identical results, nothing touched, nothing reported as changed
-# (creating the report directory is the job's output, not a change). The extras' settings are
-# given as null here, which means unset (it used to fail on `length` of None).
+# (creating the report directory is the job's output, not a change). The extras' settings and
+# the sentinel mode are given as null here, which means unset (the extras' used to fail on
+# `length` of None, a null mode failed the role's validation as "got: ").
 playbook hypeman.vgpu.audit --check -e audit_report_dir="$work/audit-check" \
-  -e '{"audit_prometheus_dir": null, "hypeman_vgpu_metrics_url": null}' | tee "$work/audit-check.log"
+  -e '{"audit_prometheus_dir": null, "hypeman_vgpu_metrics_url": null, "hypeman_vgpu_sentinel_mode": null}' \
+  | tee "$work/audit-check.log"
 grep -E 'changed=[1-9]' "$work/audit-check.log" && { echo "FAIL: the check-mode audit reports a change"; exit 1; }
 # No host needs an extra here: the per-host play ends once for all hosts, no host reaches the extras.
 grep -q 'End the play when no host needs the extras' "$work/audit-check.log"

@@ -13,13 +13,15 @@ import json
 from unittest import mock
 
 import pytest
+from hypothesis import given, settings, strategies as st
 
 from ansible.module_utils import basic
+from ansible.module_utils.testing import patch_module_args
 
-from ansible_collections.hypeman.vgpu.plugins.module_utils import _placement
+from ansible_collections.hypeman.vgpu.plugins.module_utils import _module, _placement
 from ansible_collections.hypeman.vgpu.plugins.modules import (
-    gpu_holders_info, gpu_sriov, host_audit_info, path_access_info, vf_health, vf_health_info, vgpu_instance_info,
-    run_marker, vgpu_placement_info, vgpu_sentinel_scan)
+    gpu_holders_info, gpu_sriov, host_audit_info, path_access_info, vf_health, vf_health_info, vgpu_canary,
+    vgpu_instance_info, run_marker, vgpu_placement_info, vgpu_sentinel_scan)
 from ansible_collections.hypeman.vgpu.tests.unit.plugins.modules.module_results import argument_spec, run_module
 
 # Each module with the arguments it requires.
@@ -218,3 +220,69 @@ def test_host_audit_refuses_a_unit_that_is_not_a_name(unit, words, capsys, tmp_p
     result = run_module(host_audit_info.main, params, capsys)
     assert result["failed"] is True
     assert result["msg"].startswith("dcgm_units") and words in result["msg"]
+
+
+class _Built(Exception):
+    pass
+
+
+def _built_params(main, params):
+    """The parameters ``main``'s module body would get for ``params`` (the body is not run)."""
+    built = {}
+
+    def capture(module, _body):
+        built.update(module.params)
+        raise _Built()
+
+    with patch_module_args(params), mock.patch.object(_module, "run_module", capture), \
+            mock.patch.object(path_access_info, "run_module", capture):
+        with pytest.raises(_Built):
+            main()
+    return built
+
+
+def _defaulted(main, required):
+    return sorted(name for name, spec in argument_spec(main).items()
+                  if spec.get("default") is not None and name not in required)
+
+
+# Every module with arguments it needs, and each option given as null (top-level, or inside
+# path_access_info's paths) that has a default.
+NULLABLE = dict((name, (main, required, _defaulted(main, required)))
+                for name, (main, required) in dict(MODULES, vgpu_canary=(vgpu_canary.main, {"gpu": "0000:82:00.0"})).items())
+PATHS_ENTRY = {"path": "/etc"}
+PATHS_DEFAULTED = sorted(n for n, s in argument_spec(path_access_info.main)["paths"]["options"].items()
+                         if s.get("default") is not None)
+
+
+def test_every_module_has_options_with_defaults():
+    # The property below must not pass by finding nothing to null.
+    assert all(len(options) >= 6 for _main, _required, options in NULLABLE.values())
+    assert PATHS_DEFAULTED == ["access", "follow", "type"]
+
+
+@pytest.mark.parametrize("module", sorted(NULLABLE))
+@settings(max_examples=15, deadline=None)
+@given(data=st.data())
+def test_an_option_given_as_null_is_the_option_left_out(module, data):
+    """An inventory variable with no value, handed on by a role, must mean "not set", not fail or become ''."""
+    main, required, options = NULLABLE[module]
+    nulled = data.draw(st.lists(st.sampled_from(options), min_size=1, unique=True))
+    params = dict(required, _ansible_check_mode=True)
+    assert _built_params(main, dict(params, **dict.fromkeys(nulled))) == _built_params(main, params)
+
+
+@settings(max_examples=15, deadline=None)
+@given(nulled=st.lists(st.sampled_from(PATHS_DEFAULTED), min_size=1, unique=True), top=st.booleans())
+def test_a_suboption_given_as_null_is_the_suboption_left_out(nulled, top):
+    entry = dict(PATHS_ENTRY, **dict.fromkeys(nulled))
+    params = {"paths": [PATHS_ENTRY, entry], "_ansible_check_mode": True}
+    expected = _built_params(path_access_info.main, {"paths": [PATHS_ENTRY, PATHS_ENTRY], "_ansible_check_mode": True})
+    assert _built_params(path_access_info.main, params) == expected
+    if top:
+        assert _built_params(path_access_info.main, {"paths": None}) == _built_params(path_access_info.main, {})
+
+
+def test_a_null_required_option_still_fails_naming_it(capsys):
+    result = run_module(gpu_sriov.main, {"pci_address": None, "_ansible_check_mode": True}, capsys)
+    assert result["failed"] is True and "pci_address" in result["msg"]
