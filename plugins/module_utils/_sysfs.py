@@ -21,7 +21,7 @@ import re
 from ansible_collections.hypeman.vgpu.plugins.module_utils._errors import VgpuError
 from ansible_collections.hypeman.vgpu.plugins.module_utils._fileio import is_within, read_bytes
 from ansible_collections.hypeman.vgpu.plugins.module_utils._govalues import go_quote
-from ansible_collections.hypeman.vgpu.plugins.module_utils._pci import canonical_address, normalize_address
+from ansible_collections.hypeman.vgpu.plugins.module_utils._pci import address_or_none, canonical_address, normalize_address
 
 FRAMEWORK_MDEV = "mdev"
 FRAMEWORK_VENDOR_VFIO = "vendor-vfio"
@@ -229,12 +229,16 @@ def detect_framework(sysfs_root):
     return FRAMEWORK_NONE, warnings
 
 
-def _pci_entries(sysfs_root):
-    path = pci_devices_dir(sysfs_root)
+def _listed(path, what):
+    """:func:`_listdir`, failing as a VgpuError that names ``what`` and the directory."""
     try:
         return _listdir(path)
     except (OSError, IOError) as err:
-        raise VgpuError("read PCI devices: cannot list %s: %s" % (path, _err_text(err)))
+        raise VgpuError("read %s: cannot list %s: %s" % (what, path, _err_text(err)))
+
+
+def _pci_entries(sysfs_root):
+    return _listed(pci_devices_dir(sysfs_root), "PCI devices")
 
 
 def _creatable_state(sysfs_root, name):
@@ -323,7 +327,7 @@ def list_mdevs(sysfs_root):
     """hypeman's ``ListMdevDevices``: ``[{uuid, vf, type}]`` from ``bus/mdev/devices``."""
     base = os.path.join(sysfs_root, "bus", "mdev", "devices")
     mdevs = []
-    for uuid in _listdir(base):
+    for uuid in _listed(base, "mdev devices"):
         mdev_type = read_link_basename(os.path.join(base, uuid, "mdev_type"))
         if mdev_type is None:
             continue
@@ -336,10 +340,13 @@ def list_mdevs(sysfs_root):
 
 
 def _vf_of_mdev_link(target, uuid):
-    """The VF in the target of ``bus/mdev/devices/<uuid>`` (``.../<vf>/<uuid>``), or None."""
+    """The VF in the target of ``bus/mdev/devices/<uuid>`` (``.../<vf>/<uuid>``), or None.
+
+    Any PCI domain: a VF in domain 0001 holds its mdevs like one in 0000 does.
+    """
     parts = target.split("/")
     for index, part in enumerate(parts):
-        if part.startswith("0000:") and index + 1 < len(parts) and parts[index + 1] == uuid:
+        if index + 1 < len(parts) and parts[index + 1] == uuid and address_or_none(part):
             return canonical_address(part)
     return None
 
@@ -362,7 +369,7 @@ def _discover_mdev(sysfs_root, result):
     for mdev in mdevs:
         by_vf.setdefault(mdev["vf"], []).append(mdev)
     names = []
-    for name in _listdir(bus):
+    for name in _listed(bus, "mdev VFs"):
         escape = link_escape(sysfs_root, os.path.join(bus, name))
         if escape:
             result.warnings.append("skipping mdev VF %s: %s is a symlink to %s, outside %s" % (

@@ -239,17 +239,32 @@ def test_vfio_nodes(tmp_path):
 # -- mdev --------------------------------------------------------------------------------------
 
 
-def test_discover_mdev(tmp_path):
+@pytest.mark.parametrize("domain", ["0000", "0001", "00ff"])
+def test_discover_mdev(tmp_path, domain):
+    # A VF outside domain 0000 holds its mdevs like any other (they were once unseen there,
+    # so gpu_sriov took such a card for free).
     tree = HostTree(tmp_path)
-    card = tree.add_card("L40S", "0000:82:00.0", numvfs=3, framework="mdev")
+    card = tree.add_card("L40S", domain + ":82:00.0", numvfs=3, framework="mdev")
     tree.set_current_type(card.vfs[1], "NVIDIA L40S-2Q")
     found = _sysfs.discover(tree.sysfs_root)
     assert found.framework == "mdev"
     vf = found.vf_map()[card.vfs[1]]
     assert vf["allocated"] and vf["current_type"] == "nvidia-1148" and vf["mdev_uuids"] == [tree.mdev_uuid(card.vfs[1])]
-    assert vf["parent"] == "0000:82:00.0"
+    assert vf["parent"] == domain + ":82:00.0"
     free = found.vf_map()[card.vfs[0]]
     assert [p["name"] for p in free["creatable"]] == ["NVIDIA L40S-2Q"]
     assert free["creatable"][0]["available"] == 1
     assert {"id": "nvidia-1148", "name": "NVIDIA L40S-2Q", "framebuffer_mb": 2048} in found.mdev_profiles
     assert _sysfs.mdev_vfs(tree.sysfs_root)[tree.mdev_uuid(card.vfs[1])] == card.vfs[1]
+
+
+def test_an_unlistable_mdev_directory_fails_naming_it(tmp_path):
+    tree = HostTree(tmp_path)
+    tree.add_card("L40S", "0000:82:00.0", numvfs=2, framework="mdev")
+    path = os.path.join(tree.sysfs_root, "bus", "mdev", "devices")
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with open(path, "w") as handle:
+        handle.write("not a directory")
+    for read in (_sysfs.list_mdevs, _sysfs.discover):
+        with pytest.raises(VgpuError, match="read mdev devices: cannot list .*bus/mdev/devices: Not a directory"):
+            read(tree.sysfs_root)
