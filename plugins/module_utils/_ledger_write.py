@@ -138,11 +138,12 @@ def _repair_tail(fd):
         return b""
 
 
-def make_intent(run_id, entries, before, after, expect, now=None):
+def make_intent(run_id, entries, before, after, expect, now=None, absent=()):
     """The write-ahead line of a run about to replace the store.
 
     ``before``/``after``: :func:`store_digest` values; ``expect``: VF ->
-    its ``quarantined_at`` (GoTime or None) in the store the run writes.
+    its ``quarantined_at`` (GoTime or None) in the store the run writes;
+    ``absent``: the VFs of ``expect`` that store has no record of.
     """
     return {
         "time": _gotime.format_rfc3339nano(now or _gotime.utc_now()),
@@ -152,6 +153,7 @@ def make_intent(run_id, entries, before, after, expect, now=None):
         "after_sha256": after,
         "expect": dict((vf, None if moment is None else _gotime.format_rfc3339nano(moment))
                        for vf, moment in expect.items()),
+        "absent": sorted(absent),
         "entries": list(entries),
     }
 

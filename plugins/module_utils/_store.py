@@ -312,6 +312,16 @@ class _UnmarshalError(ValueError):
 Failure = collections.namedtuple("Failure", "instance_id assigned_at reported_at")
 Failure.__doc__ = "One failed assignment: (instance_id, assigned_at) is the dedup key; reported_at a GoTime."
 
+
+def failure_key(instance_id, assigned_at):
+    """hypeman's key for "the same assignment" when it validates a store: the two joined by a NUL byte.
+
+    Collisions included (``a\\0b`` + ``c`` is ``a`` + ``b\\0c``): a store with two such
+    failures is invalid to hypeman, so whatever writes one (a repair) must keep only the first.
+    """
+    return instance_id + "\x00" + assigned_at
+
+
 Record = collections.namedtuple("Record", "vf_address failures quarantined_at")
 Record.__doc__ = "A VF's record: failures is a tuple of Failure (oldest first); quarantined_at a GoTime or None."
 
@@ -339,7 +349,7 @@ def _validate(go_file):
             if _gotime.is_zero(failure.reported_at):
                 raise ValueError("validate VF health state record %d failure %d: missing report timestamp"
                                  % (index, findex))
-            key = failure.instance_id + "\x00" + failure.assigned_at  # hypeman's key, collisions included
+            key = failure_key(failure.instance_id, failure.assigned_at)
             if key in seen:
                 raise ValueError("validate VF health state record %d: duplicate failure for instance %s assigned at %s"
                                  % (index, go_quote(failure.instance_id), go_quote(failure.assigned_at)))
@@ -428,7 +438,7 @@ def _fast_records(data):
                     return None
                 colons += instance_id.count(":") + assigned_at.count(":") + reported_text.count(":")
                 reported_at = parse_canonical(reported_text) or parse_time(reported_text)
-                key = instance_id + "\x00" + assigned_at  # hypeman's key
+                key = failure_key(instance_id, assigned_at)
                 if key in seen or (reported_text < "0002" and _gotime.is_zero(reported_at)):
                     return None
                 seen.add(key)

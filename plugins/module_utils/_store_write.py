@@ -23,7 +23,7 @@ from ansible_collections.hypeman.vgpu.plugins.module_utils._errors import VgpuEr
 from ansible_collections.hypeman.vgpu.plugins.module_utils._fileio import HostFileError, file_kind
 from ansible_collections.hypeman.vgpu.plugins.module_utils._pci import normalize_address
 from ansible_collections.hypeman.vgpu.plugins.module_utils._store import (
-    Failure, GoSyntaxError, JsonNumber, JsonObject, Record, go_fold, json_tree, load_store, raw_text,
+    Failure, GoSyntaxError, JsonNumber, JsonObject, Record, failure_key, go_fold, json_tree, load_store, raw_text,
 )
 
 TMP_SUFFIX = ".tmp"  # hypeman: tmp := s.path + ".tmp"
@@ -75,13 +75,13 @@ def recover_records(raw, now=None):
             continue
         quarantined_at = _recover_time(fields.get("QUARANTINED_AT"))
         failures = list(records[address].failures) if address in records else []
-        seen = set((f.instance_id, f.assigned_at) for f in failures)
+        seen = set(failure_key(f.instance_id, f.assigned_at) for f in failures)
         raw_failures = fields.get("FAILURES")
         if isinstance(raw_failures, list) and not isinstance(raw_failures, JsonObject):
             for item in raw_failures:
                 failure = _recover_failure(item)
-                if failure is not None and (failure.instance_id, failure.assigned_at) not in seen:
-                    seen.add((failure.instance_id, failure.assigned_at))
+                if failure is not None and failure_key(failure.instance_id, failure.assigned_at) not in seen:
+                    seen.add(failure_key(failure.instance_id, failure.assigned_at))
                     failures.append(failure)
         previous = records.get(address)
         if previous is not None and previous.quarantined_at is not None:

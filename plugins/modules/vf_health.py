@@ -577,7 +577,8 @@ class StoreEdit(object):
                            if entry["vf_address"] in records else None)
                           for entry in planned if entry["vf_address"])
             intent = _ledger_write.make_intent(self.run_id, planned, _ledger.store_digest(update.store),
-                                               hashlib.sha256(update.after).hexdigest(), expect, self.now)
+                                               hashlib.sha256(update.after).hexdigest(), expect, self.now,
+                                               absent=[vf for vf in expect if vf not in records])
             try:
                 _ledger_write.append_entries(state_dir, [intent])
             except VgpuError as err:

@@ -96,6 +96,18 @@ def test_corrupt_lines_are_reported_not_fatal(tmp_path):
         state_dir / "ledger.jsonl").read_text().splitlines()[-2]
 
 
+@pytest.mark.parametrize("field", ["reason", "run_id", "time"])
+def test_a_lone_surrogate_escape_is_a_problem_line_and_a_pair_is_text(field):
+    # Python's json keeps "\udc80"; the task's result could not carry it, and the task failed after its writes.
+    lone = json.dumps(entry()).replace('"%s": "' % field, '"%s": "\\udc80' % field, 1)
+    pair = json.dumps(dict(entry(), reason="\U0001f600"))  # written as the escaped pair \ud83d\ude00
+    assert "\\udc80" in lone and "\\ud83d\\ude00" in pair
+    ledger = _ledger.parse_ledger("p", (lone + "\n" + pair + "\n").encode())
+    assert [e["line"] for e in ledger.entries] == [2] and ledger.entries[0]["reason"] == "\U0001f600"
+    assert ledger.problems == [{"line": 1, "error": 'a lone surrogate escape ("\\udc80"); expected UTF-8 text'}]
+    json.dumps(ledger.problems, ensure_ascii=False).encode("utf-8")
+
+
 def test_whole_but_unterminated_last_line_is_kept(tmp_path):
     (tmp_path / "ledger.jsonl").write_text(json.dumps(entry()))
     _ledger_write.append_entries(str(tmp_path), [entry(vf="0000:82:00.6")])
@@ -275,6 +287,26 @@ def test_intent_decided_against_the_store(store_content, outcome):
     assert ledger.pending()[0].decide(parsed(store_content)) == outcome
 
 
+def test_a_clear_is_committed_only_while_its_record_is_gone():
+    # A clear expects "no quarantined_at", which a record still there without a quarantine also
+    # has: a killed clear used to be committed to the ledger though its record was never removed.
+    clear = dict(entry(action="clear", quarantined_at=None))
+    intent = _ledger_write.make_intent("r", [clear], _ledger.store_digest(parsed(STORE_BEFORE)),
+                                       hashlib.sha256(b"{}").hexdigest(), {VF: None}, now=T2, absent=[VF])
+    assert intent["absent"] == [VF]
+    unquarantined = HealthStore("p")
+    unquarantined.report_failure(VF, "i-1", "2026-08-20T00:00:00Z", 3, now=T1)
+    unquarantined.quarantine("0000:82:00.5", T2)  # and someone else changed the store since
+    gone = store_with(**{"0000:82:00.5": T2})
+    pending = _ledger.parse_ledger("p", (json.dumps(intent) + "\n").encode()).pending()[0]
+    assert pending.decide(parsed(unquarantined.to_bytes())) == "abort"
+    assert pending.decide(parsed(gone.to_bytes())) == "commit"
+    # An intent written before "absent" existed is decided as before.
+    del intent["absent"]
+    pending = _ledger.parse_ledger("p", (json.dumps(intent) + "\n").encode()).pending()[0]
+    assert pending.decide(parsed(gone.to_bytes())) == "commit"
+
+
 def test_intent_with_some_entries_found_is_committed_whatever_the_store(tmp_path):
     entries = [entry(), entry(vf="0000:82:00.5")]
     write_lines(tmp_path, intent_for("r", entries=[dict(e, run_id="r") for e in entries]),
@@ -317,6 +349,8 @@ def test_settle_appends_missing_entries_or_an_abort_once(tmp_path):
     ({"action": "intent", "run_id": "r", "entries": [{"action": "boom"}], "expect": {}},
      "intent entry: unknown action 'boom'"),
     ({"action": "intent", "run_id": "r", "entries": [], "expect": {VF: "soon"}}, "intent expect 0000:82:00.4"),
+    ({"action": "intent", "run_id": "r", "entries": [], "expect": {}, "absent": [5]},
+     "intent absent is not a list of VF addresses"),
     ({"action": "abort", "run_id": "nobody"}, "abort of run nobody, which has no intent before it"),
     ({"action": "quarantine", "run_id": ["not", "hashable"]}, "run_id is not a string"),
     ("[" * 100000 + "]" * 100000, "not JSON"),

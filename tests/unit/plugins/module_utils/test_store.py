@@ -609,6 +609,19 @@ def test_recover_from_invalid_v1_keeps_valid_failures_and_quarantines_all():
     assert HealthStore("p", records=records).to_bytes()  # a store hypeman loads
 
 
+def test_recover_keeps_one_of_two_failures_hypeman_takes_for_one_assignment():
+    # "a\0b" + "c" and "a" + "b\0c" are one key to hypeman's validation: a repair that kept both
+    # wrote a store placement refuses, again on every run.
+    raw = doc(record_json(extra='"failures":[{"instance_id":"a\\u0000b","assigned_at":"c","reported_at":"2026-01-01T00:00:00Z"},'
+                                '{"instance_id":"a","assigned_at":"b\\u0000c","reported_at":"2026-01-02T00:00:00Z"}]'))
+    assert "duplicate failure" in store_of(raw).error
+    records = _store_write.recover_records(raw, T2)
+    assert records["0000:82:00.4"].failures == (Failure("a\x00b", "c", parse_rfc3339("2026-01-01T00:00:00Z")),)
+    repaired = HealthStore("p", records=records).to_bytes()
+    assert store_of(repaired).valid
+    assert _store_write.recover_records(repaired, T2) == records
+
+
 def test_recover_from_garbage_finds_every_address():
     raw = b'{"version":1,"records":[{"vf_address":"0000:82:00.4" ... broken 0000:E3:00.5 and 1234:ab:cd.7x'
     assert sorted(_store_write.recover_records(raw, T1)) == ["0000:82:00.4", "0000:e3:00.5"]
