@@ -284,10 +284,18 @@ def coverage_problems(previous, current, targets):
 
 
 def restarted(previous, current):
-    """Whether hypeman restarted between two samples: its uptime or a check counter went down."""
+    """Whether hypeman restarted between two samples: its uptime or any counter went down.
+
+    Counters only grow while hypeman runs, so one that went down is a restart even when the
+    uptime since it already passed the previous one. A restart after which every counter and
+    the uptime passed their old values cannot be told (its growth is then under-counted).
+    """
     old, new = previous.get("uptime_seconds"), current.get("uptime_seconds")
-    if _number(old) and _number(new):
-        return new < old
+    if _number(old) and _number(new) and new < old:
+        return True
+    for key in ("init_failures", "quarantines"):
+        if _number(previous.get(key)) and _number(current.get(key)) and current[key] < previous[key]:
+            return True
     old_checks, new_checks = previous.get("checks") or {}, current.get("checks") or {}
     return any(new_checks.get(result, 0) < value for result, value in old_checks.items())
 

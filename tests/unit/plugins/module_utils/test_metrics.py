@@ -222,7 +222,20 @@ def test_counter_growth_is_the_difference_or_the_new_value_after_a_restart(old, 
     previous, current = (dict(_sample({"ok": 1}, old_up), init_failures=old),
                          dict(_sample({"ok": 1}, new_up), init_failures=new))
     growth = _metrics.counter_growth(previous, current, "init_failures")
-    assert growth == (new if new_up < old_up else new - old)
+    assert growth == (new if new_up < old_up or new < old else new - old) and growth >= 0
+
+
+def test_a_counter_that_went_down_is_a_restart_even_when_the_uptime_went_up():
+    # hypeman restarted and has run longer since than it had before: the uptime alone missed it,
+    # the lost rpc_error checks were not reported and growth came out negative.
+    previous = dict(_sample({"ok": 40, "rpc_error": 5}, uptime=100), init_failures=4, quarantines=2)
+    current = dict(_sample({"ok": 180, "rpc_error": 3}, uptime=950), init_failures=1, quarantines=1)
+    assert _metrics.restarted(previous, current)
+    assert _metrics.coverage_problems(previous, current, 1) == ["3 rpc_error check(s) since the previous sample"]
+    assert _metrics.counter_growth(previous, current, "init_failures") == 1
+    assert _metrics.counter_growth(previous, current, "quarantines") == 1
+    marker_era = dict(current, uptime_seconds=None, checks=None)
+    assert _metrics.counter_growth(dict(previous, uptime_seconds=None, checks=None), marker_era, "init_failures") == 1
 
 
 def test_no_previous_sample_cannot_tell():
