@@ -19,6 +19,12 @@ import time
 from ansible_collections.hypeman.vgpu.plugins.module_utils._errors import VgpuError
 
 
+# At most this much of each output stream is kept (a runaway command may print without end).
+OUTPUT_LIMIT = 1024 * 1024
+# How much of a command's output an error message or warning quotes.
+MESSAGE_OUTPUT_LIMIT = 2000
+
+
 class CommandResult:
     """What one command did (or would do, when skipped for check mode)."""
 
@@ -37,12 +43,24 @@ class CommandResult:
         return self.rc == 0 and not self.timed_out
 
     def output(self):
-        """stdout and stderr joined, for error messages and pattern checks."""
+        """stdout and stderr joined, for pattern checks."""
         return "\n".join(part for part in (self.stdout.strip(), self.stderr.strip()) if part)
 
-    def to_data(self):
-        return {"argv": self.argv, "rc": self.rc, "stdout": self.stdout, "stderr": self.stderr,
-                "skipped": self.skipped, "timed_out": self.timed_out}
+    def brief(self, limit=MESSAGE_OUTPUT_LIMIT):
+        """:meth:`output` for a message: its last ``limit`` characters (a message may repeat many runs)."""
+        return clip(self.output(), limit)
+
+    def to_data(self, limit=None):
+        """The command for a module result; ``limit`` keeps the last characters of each stream."""
+        return {"argv": self.argv, "rc": self.rc, "stdout": clip(self.stdout, limit),
+                "stderr": clip(self.stderr, limit), "skipped": self.skipped, "timed_out": self.timed_out}
+
+
+def clip(text, limit):
+    """The last ``limit`` characters of ``text``, saying how many came before (all of it when None)."""
+    if limit is None or len(text) <= limit:
+        return text
+    return "[... %d earlier characters not shown]\n%s" % (len(text) - limit, text[len(text) - limit:])
 
 
 def run(argv, timeout=60, check_mode=False, env_extra=None):
@@ -100,8 +118,6 @@ def run(argv, timeout=60, check_mode=False, env_extra=None):
                          stderr=capture.text(proc.stderr), timed_out=timed_out)
 
 
-# At most this much of each output stream is kept (a runaway command may print without end).
-OUTPUT_LIMIT = 1024 * 1024
 # After the command exits, how long a background child may keep its pipes before reading stops;
 # after a kill, how long the killed processes get to go.
 _EXIT_GRACE = 1.0

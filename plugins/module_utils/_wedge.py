@@ -262,7 +262,7 @@ def read_journal(journalctl, selector, since_ns, timeout=None, entries=JOURNAL_E
     if result.timed_out:
         raise VgpuError("%s: timed out after %ss" % (shown, timeout))
     if result.rc != 0:
-        raise VgpuError("%s: exit %s: %s" % (shown, result.rc, result.output()[:500] or "no output"))
+        raise VgpuError("%s: exit %s: %s" % (shown, result.rc, result.brief(500) or "no output"))
     messages, truncated = [], False
     for raw in result.stdout.split("\n"):
         if raw.startswith("[... ") and raw.endswith(" more bytes not kept]"):

@@ -252,10 +252,12 @@ commands:
       description: Exit code, or null when skipped or timed out.
       type: int
     stdout:
-      description: Standard output.
+      description:
+        - Standard output, at most 1 MiB. For every run but the last, only its last 8192 characters,
+          after a line saying how many came before.
       type: str
     stderr:
-      description: Standard error.
+      description: Standard error, kept as stdout is.
       type: str
     skipped:
       description: True in check mode, where nothing ran.
@@ -368,6 +370,8 @@ COMMAND_TIMEOUT = 600
 UNBIND_LOCK_RE = re.compile(r"cannot obtain unbindlock", re.IGNORECASE)
 # Bounds of the waiting options: every wait of a run must end.
 RETRIES_MAX = 100
+# Characters of each output stream kept for every run but the last in the result.
+EARLIER_RUN_OUTPUT = 8192
 DELAY_MAX = 3600
 TIMEOUT_MAX = 86400
 # The clock and the pause between checks (tests replace them with a simulated clock).
@@ -472,9 +476,15 @@ class SriovChange(object):
                             **self._details(snap, culprits=culprits, holders=holders))
 
     # ------------------------------------------------------------ acting
+    def _commands_data(self):
+        # The last run in full (each stream up to _cmd.OUTPUT_LIMIT); with up to 100 retries,
+        # earlier runs keep their last EARLIER_RUN_OUTPUT characters, so the result stays bounded.
+        return [c.to_data(None if n == len(self.commands) - 1 else EARLIER_RUN_OUTPUT)
+                for n, c in enumerate(self.commands)]
+
     def _details(self, before, after=None, **extra):
         details = {"pci_address": self.address, "state": self.state, "before": before.summary(),
-                   "after": (after or before).summary(), "commands": [c.to_data() for c in self.commands],
+                   "after": (after or before).summary(), "commands": self._commands_data(),
                    "attempts": self.attempts, "changed": any(not c.skipped for c in self.commands)}
         if self.holders is not None:
             details["holders"] = self.holders
@@ -513,7 +523,7 @@ class SriovChange(object):
                              % (" ".join(result.argv), COMMAND_TIMEOUT))
         elif result.rc != 0:
             self.module.warn("%s exited %s (%s); the result was judged from sysfs"
-                             % (" ".join(result.argv), result.rc, result.output() or "no output"))
+                             % (" ".join(result.argv), result.rc, result.brief() or "no output"))
 
     def disable(self, before):
         self._check_tool()
@@ -526,7 +536,7 @@ class SriovChange(object):
         if problems:
             raise VgpuError("sriov-manage -d %s %s but SR-IOV is not disabled after %s s: %s. Output: %s" % (
                 self.address, "timed out" if result.timed_out else "exited %s" % result.rc, self.params["timeout"],
-                "; ".join(problems), result.output() or "(none)"), **self._details(before, snap))
+                "; ".join(problems), result.brief() or "(none)"), **self._details(before, snap))
         self._note_exit(result)
         return snap
 
@@ -550,7 +560,7 @@ class SriovChange(object):
         if expected:
             present = set(fn["address"] for fn in snap.virtfns)
             missing = [vf for vf in expected if vf not in present]
-        outputs = " | ".join("run %d: rc=%s %s" % (n + 1, c.rc, c.output() or "(no output)")
+        outputs = " | ".join("run %d: rc=%s %s" % (n + 1, c.rc, c.brief() or "(no output)")
                              for n, c in enumerate(c for c in self.commands if c.argv[1] == "-e"))
         raise VgpuError("sriov-manage -e %s did not produce working VFs: after %d run(s), waiting up to %s s after "
                         "each, sysfs shows %s%s. sriov-manage output: %s" % (
@@ -588,7 +598,7 @@ class SriovChange(object):
         result = {"changed": bool(self.commands), "pci_address": self.address, "state": self.state,
                   "before": before.summary(), "after": after_summary,
                   "vfs": (after if not isinstance(after, dict) else before).vfs,
-                  "commands": [c.to_data() for c in self.commands], "attempts": self.attempts}
+                  "commands": self._commands_data(), "attempts": self.attempts}
         if self.holders is not None:
             result["holders"] = self.holders
         if self.module._diff:

@@ -750,3 +750,20 @@ def test_a_run_that_hangs_is_killed_and_judged_from_sysfs(tmp_path, capsys, monk
     assert result["commands"][0]["timed_out"] is True and result["commands"][0]["rc"] is None
     assert "run 1: rc=None" in result["msg"]
     assert host.numvfs() == 0
+
+
+def test_a_loud_tool_run_many_times_gives_a_bounded_result(tmp_path, capsys):
+    # Each run keeps up to 1 MiB per stream; the message once quoted every run whole and the result kept
+    # every run whole, so 100 retries of a loud tool made a result of about 0.85 GB.
+    host = Host(tmp_path, numvfs=0, mode="noop", noise=50000)
+    result = host.run(capsys, state="enabled", retries=4, delay=0.1, timeout=0.2)
+    assert result["failed"] is True and result["attempts"] == 5
+    runs = result["commands"]
+    assert len(runs) == 5 and runs[-1]["stdout"].startswith("o" * 50000) and runs[-1]["stderr"].startswith("e" * 50000)
+    for run in runs[:-1]:
+        for stream, text in (("stdout", run["stdout"]), ("stderr", run["stderr"])):
+            kept = text.split("\n", 1)[1]
+            assert text == "[... %d earlier characters not shown]\n%s" % (len(runs[-1][stream]) - 8192, kept)
+            assert len(kept) == 8192
+    assert len(result["msg"]) < 5 * 2100 + 1000
+    assert result["msg"].count("earlier characters not shown") == 5

@@ -49,7 +49,8 @@ would block until the VMM lets go.
 Settings keys: ``sysfs_root``, ``proc_root``, ``dev_root`` (required),
 ``mode``, ``delay`` (seconds, default 2), ``spawn``, ``flaky_runs``
 (default 1), ``creatable`` (the ``creatable_vgpu_types`` text of new VFs;
-default: a few L40S types).
+default: a few L40S types), ``noise`` (characters ``-e`` and ``-d`` print on
+each stream first, as a very loud tool would; default 0).
 """
 
 from __future__ import annotations
@@ -391,6 +392,10 @@ def main(argv):
         handle.write(" ".join(argv) + "\n")
     if argv[:1] in (["-e"], ["-d"]) and len(argv) == 2:
         fake = Fake()
+        noise = int(fake.settings.get("noise", 0))
+        if noise:
+            sys.stdout.write("o" * noise + "\n")
+            sys.stderr.write("e" * noise + "\n")
         if fake.mode == "hang":
             time.sleep(float(fake.settings.get("delay", 2)))
         rc = fake.enable(argv[1]) if argv[0] == "-e" else fake.disable(argv[1])
