@@ -722,11 +722,12 @@ class _InstanceScan(object):
                 # copytruncated, so it has read an app.log.1 only when that was this boot's
                 # app.log, rotated during this assignment (the host clock decides, as
                 # above); any other app.log.1 (a previous boot's) is not read at all.
+                # Read, it is one stream with app.log, as in _resume: a line the
+                # rotation cut is joined, so losing the cursor changes no verdict.
                 spans = []
                 if rot_new and self.rotated_path not in self.stale:
                     spans.append(_Span(self.rotated_path, rot_fd, 0, rot_st.st_size))
                 self._read(reader, spans)
-                reader.reset_line()
                 app_span = _Span(self.app_path, app_fd, 0, app_st.st_size)
                 self._read(reader, [app_span])
             log = {

@@ -169,6 +169,18 @@ def test_marker_cut_by_the_rotation_is_joined_and_matched_once(host):
     assert _verdicts(report) == {"inst-a": ("ok", _ts(40))}
 
 
+def test_marker_cut_by_the_rotation_is_joined_without_a_cursor_too(host):
+    # Losing the cursors must cost only a re-read: the fresh start once missed this marker.
+    app = host.instance("inst-a")
+    line = guestlog.ok_line(CLAIMED_NS + 40 * SEC)
+    guestlog.append(app, guestlog.noise(10) + line[:50])
+    guestlog.copytruncate(app)
+    guestlog.append(app, line[50:] + guestlog.noise(2))
+    report = host.scan()  # no cursor yet: app.log.1 then app.log, one stream
+    assert _markers_read(report) == 1
+    assert _verdicts(report) == {"inst-a": ("ok", _ts(40))}
+
+
 def test_two_rotations_between_runs_warn_and_still_read_the_newest_copy(host):
     app = host.instance("inst-a")
     guestlog.append(app, guestlog.noise(10))
