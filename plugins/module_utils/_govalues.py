@@ -6,10 +6,31 @@
 ``_store`` (Python's C decoder when it provably sees what Go sees) and
 ``_gojson`` (Go's scanner, loaded only for other text) build the same JSON
 value shapes and quote values as Go's ``%q`` does. Both import them from here,
-so the helpers import one way (``_store`` -> ``_gojson`` -> here).
+so the helpers import one way (``_store`` -> ``_gojson`` -> here). Go's key
+folding (:func:`go_fold`) is here too: ``_hypeman`` decodes instance metadata
+with it.
 """
 
 from __future__ import annotations
+
+
+_FOLD_TO_ASCII = {"\u017f": "S", "\u212a": "K"}  # the only non-ASCII runes whose fold orbit holds ASCII
+
+
+_FOLD_CACHE = {}
+
+
+def go_fold(key):
+    """Go's key folding (bytes.EqualFold): ASCII case-insensitive, plus long s and Kelvin sign."""
+    folded = _FOLD_CACHE.get(key)
+    if folded is None:
+        if key.isascii():
+            folded = key.upper()
+        else:
+            folded = "".join(char.upper() if char < "\x80" else _FOLD_TO_ASCII.get(char, char) for char in key)
+        if len(_FOLD_CACHE) < 1024:  # keys repeat; unknown keys must not grow it without bound
+            _FOLD_CACHE[key] = folded
+    return folded
 
 
 def go_quote(text):

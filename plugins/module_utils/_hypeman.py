@@ -19,6 +19,7 @@ import re
 from ansible_collections.hypeman.vgpu.plugins.module_utils import _gotime, _proc
 from ansible_collections.hypeman.vgpu.plugins.module_utils._errors import VgpuError
 from ansible_collections.hypeman.vgpu.plugins.module_utils._fileio import is_within, read_bytes, read_bytes_within
+from ansible_collections.hypeman.vgpu.plugins.module_utils._govalues import go_fold
 from ansible_collections.hypeman.vgpu.plugins.module_utils._pci import address_or_none
 
 DEFAULT_QUARANTINE_THRESHOLD = 2  # hypeman's defaultVFQuarantineThreshold
@@ -175,6 +176,10 @@ def warn_if_store_edited_while_running(module, proc_root, changed):
 CLAIM_FIELDS = ("GPUClaimedAt", "GPUAssignedAt")
 _STRING_FIELDS = ("Id", "Name", "HypervisorType", "GPUProfile", "GPUFramework", "GPUDevicePath",
                   "GPUMdevUUID", "SocketPath", "HypervisorBootID")
+# The StoredMetadata fields this collection reads, by Go's folded key: json.Unmarshal matches
+# a key to a field case-insensitively ("GpuDevicePath" is GPUDevicePath), the last one winning.
+_FIELDS_BY_FOLD = dict((go_fold(name), name) for name in _STRING_FIELDS + CLAIM_FIELDS + (
+    "HypervisorPID", "HypervisorStartTime", "GPURetainedForCleanup"))
 
 
 def guests_dir(data_dir):
@@ -225,12 +230,21 @@ def parse_metadata(text):
     either (not JSON, not an object, a field of the wrong type, an
     unparseable claim time, JSON nested deeper than Python's parser goes).
     """
+    objects = []
+
+    def keep_pairs(pairs):
+        objects.append(pairs)  # the outermost object comes last
+        return dict(pairs)
+
     try:
-        meta = json.loads(text, parse_constant=_reject_constant)
+        meta = json.loads(text, parse_constant=_reject_constant, object_pairs_hook=keep_pairs)
     except RecursionError:
         raise ValueError("JSON nested too deeply")
     if not isinstance(meta, dict):
         raise ValueError("metadata is not a JSON object")
+    meta = {}
+    for key, value in objects[-1]:
+        meta[_FIELDS_BY_FOLD.get(go_fold(key), key)] = value
     for key in _STRING_FIELDS:
         if meta.get(key) is not None and not isinstance(meta[key], str):
             raise ValueError("%s: cannot unmarshal %s into a string" % (key, type(meta[key]).__name__))

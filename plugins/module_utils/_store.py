@@ -39,7 +39,7 @@ from ansible_collections.hypeman.vgpu.plugins.module_utils import _fileio, _goti
 from ansible_collections.hypeman.vgpu.plugins.module_utils._pci import ADDRESS_RE
 # Shared with _gojson (which _store loads lazily): defined there so the two import one way.
 from ansible_collections.hypeman.vgpu.plugins.module_utils._govalues import (
-    GoSyntaxError, JsonNumber, JsonObject, go_quote, raw_text,
+    GoSyntaxError, JsonNumber, JsonObject, go_fold, go_quote, raw_text,
 )
 
 STORE_RELPATH = "gpu/vf-health.json"
@@ -142,25 +142,6 @@ class _GoFile(object):
     def __init__(self):
         self.version = 0
         self.records = _GoSlice()
-
-
-_FOLD_TO_ASCII = {"\u017f": "S", "\u212a": "K"}  # the only non-ASCII runes whose fold orbit holds ASCII
-
-
-_FOLD_CACHE = {}
-
-
-def go_fold(key):
-    """Go's key folding (bytes.EqualFold): ASCII case-insensitive, plus long s and Kelvin sign."""
-    folded = _FOLD_CACHE.get(key)
-    if folded is None:
-        if key.isascii():
-            folded = key.upper()
-        else:
-            folded = "".join(char.upper() if char < "\x80" else _FOLD_TO_ASCII.get(char, char) for char in key)
-        if len(_FOLD_CACHE) < 1024:  # keys repeat; unknown keys must not grow it without bound
-            _FOLD_CACHE[key] = folded
-    return folded
 
 
 _FIELDS = {

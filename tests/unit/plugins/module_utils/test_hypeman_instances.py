@@ -84,6 +84,21 @@ def test_vf_address_is_normalised_and_mdev_paths_are_not_vfs(tree):
     assert got["mdev"]["mdev_uuid"] == "6d646576-0000-4000-8000-000000000001"
 
 
+@pytest.mark.parametrize("text, device_path", [
+    ('{"Id": "x", "GpuDevicePath": "/sys/bus/pci/devices/0000:82:00.4"}', "/sys/bus/pci/devices/0000:82:00.4"),
+    ('{"Id": "x", "GPUDevicePath": "/a", "gpudevicepath": "/sys/bus/pci/devices/0000:82:00.5"}',
+     "/sys/bus/pci/devices/0000:82:00.5"),
+    ('{"Id": "x", "gpudevicepath": "/a", "GPUDevicePath": "/sys/bus/pci/devices/0000:82:00.6"}',
+     "/sys/bus/pci/devices/0000:82:00.6"),
+    ('{"Id": "x", "GPUDevice\u017fath": "/sys/bus/pci/devices/0000:82:00.4"}', None),  # long s folds to S, not P
+])
+def test_metadata_keys_match_fields_as_go_does(text, device_path):
+    # json.Unmarshal matches keys case-insensitively, the last one winning: a claim written
+    # "GpuDevicePath" is a claim to hypeman, and was none to the collection.
+    meta = _hypeman.parse_metadata(text)
+    assert meta.get("GPUDevicePath") == device_path and meta["Id"] == "x"
+
+
 @pytest.mark.parametrize("text, error", [
     ("{not json", "unmarshal metadata:"),
     ("[1, 2]", "metadata is not a JSON object"),
@@ -94,6 +109,7 @@ def test_vf_address_is_normalised_and_mdev_paths_are_not_vfs(tree):
     ('{"Id": "x", "GPUClaimedAt": "yesterday"}', 'parsing time "yesterday"'),
     ('{"Id": "x", "GPURetainedForCleanup": "yes"}', "GPURetainedForCleanup"),
     ('{"Id": "x", "HypervisorPID": NaN}', "invalid JSON value NaN"),
+    ('{"Id": "x", "hypervisorpid": "41235"}', "HypervisorPID: cannot unmarshal str"),
 ])
 def test_metadata_hypeman_cannot_load_is_reported(tree, text, error):
     path = _write_meta(tree, "bad", text)

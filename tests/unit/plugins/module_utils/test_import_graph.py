@@ -38,7 +38,7 @@ LAYERED = {
     "_cmd": set(),
     "_gojson": {"_govalues"},
     "_govalues": set(),
-    "_hypeman": {"_pci", "_proc"},
+    "_hypeman": {"_govalues", "_pci", "_proc"},
     "_ledger": set(),
     "_ledger_write": {"_ledger", "_safedir"},
     "_marker": {"_safedir"},
