@@ -49,6 +49,9 @@ _NAME = r"[a-zA-Z_:][a-zA-Z0-9_:]*"
 _SAMPLE_RE = re.compile(r"(" + _NAME + r")(?:\{(.*)\})?[ \t]+(\S+)(?:[ \t]+(-?[0-9]+))?[ \t]*")
 _LABEL_RE = re.compile(r"[ \t]*([a-zA-Z_][a-zA-Z0-9_]*)[ \t]*=[ \t]*\"((?:[^\"\\\n]|\\[\\\"n])*)\"[ \t]*(,|$)")
 _UNESCAPE = {"\\\\": "\\", "\\\"": "\"", "\\n": "\n"}
+# A sample value as Go's strconv.ParseFloat reads the exposition's (Inf and NaN apart): ASCII
+# digits only; Python's float() would also take "1_000" and other scripts' digits.
+_DECIMAL_RE = re.compile(r"[+-]?(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][+-]?[0-9]+)?")
 
 
 class MetricsError(Exception):
@@ -130,10 +133,9 @@ def _parse_value(text, lineno):
         return -math.inf
     if lowered == "nan":
         return math.nan
-    try:
-        return float(text)
-    except ValueError:
+    if not _DECIMAL_RE.fullmatch(text):
         raise MetricsError("line %d: value %r is not a number" % (lineno, text[:40]))
+    return float(text)
 
 
 def _parse_labels(text, lineno):
@@ -144,6 +146,8 @@ def _parse_labels(text, lineno):
         if not match:
             raise MetricsError("line %d: cannot parse the labels {%s}" % (lineno, text[:80]))
         value = re.sub(r"\\[\\\"n]", lambda m: _UNESCAPE[m.group(0)], match.group(2))
+        if match.group(1) in labels:
+            raise MetricsError("line %d: label %s given twice" % (lineno, match.group(1)))
         labels[match.group(1)] = value
         rest = rest[match.end():]
         if match.group(3) == "":
@@ -153,16 +157,23 @@ def _parse_labels(text, lineno):
     return labels
 
 
+def _shown_labels(labels):
+    return "{%s}" % ",".join("%s=%s" % (k, json.dumps(v)[:40]) for k, v in sorted(labels.items())) if labels else ""
+
+
 def parse(text, wanted=WANTED, max_series=MAX_SERIES):
     """``{name: [(labels, value), ...]}`` of the ``wanted`` families in Prometheus text format.
 
     Every line is checked, not only the wanted ones: an answer with one
-    malformed line is not hypeman's metrics. Raises :class:`MetricsError`.
+    malformed line, or a series given twice, is not hypeman's metrics.
+    Blanks before a line's first token are allowed, as the format allows them.
+    Raises :class:`MetricsError`.
     """
     families = dict((name, []) for name in wanted)
     series = 0
+    seen = set()
     for lineno, line in enumerate(text.split("\n"), 1):
-        line = line.rstrip("\r")
+        line = line.rstrip("\r").lstrip(" \t")
         if not line.strip() or line.startswith("#"):
             continue
         match = _SAMPLE_RE.fullmatch(line)
@@ -173,6 +184,10 @@ def parse(text, wanted=WANTED, max_series=MAX_SERIES):
             raise MetricsError("more than %d series; expected hypeman's metrics" % max_series)
         name, labels, value = match.group(1), match.group(2), match.group(3)
         labels = _parse_labels(labels, lineno) if labels else {}
+        key = (name, tuple(sorted(labels.items())))
+        if key in seen:
+            raise MetricsError("line %d: series %s%s given twice" % (lineno, name, _shown_labels(labels)))
+        seen.add(key)
         value = _parse_value(value, lineno)
         if name in families:
             families[name].append((labels, value))

@@ -52,10 +52,18 @@ def test_labels_with_escapes_and_timestamps_parse():
 
 @pytest.mark.parametrize("line", [
     "hypeman_info{service_version=\"x} 1", "hypeman_info 1 2 3", "9bad 1", "hypeman_info{a=b} 1",
-    "hypeman_info notanumber", "hypeman_info{a=\"1\" b=\"2\"} 1", "<html>", "hypeman_info{a=\"\\q\"} 1"])
+    "hypeman_info notanumber", "hypeman_info{a=\"1\" b=\"2\"} 1", "<html>", "hypeman_info{a=\"\\q\"} 1",
+    # Python's float() takes these, Go's ParseFloat does not; a label or a series twice is no exposition.
+    "hypeman_info 1_000", "hypeman_info \u0661\u0662", "hypeman_info{a=\"1\",a=\"2\"} 1",
+    "hypeman_info{a=\"1\"} 1\nhypeman_info{a=\"1\"} 2"])
 def test_a_malformed_line_is_an_error_naming_it(line):
-    with pytest.raises(_metrics.MetricsError, match="line 2"):
+    with pytest.raises(_metrics.MetricsError, match="line %d" % (2 + line.count("\n"))):
         _metrics.parse("# TYPE hypeman_info gauge\n" + line + "\n")
+
+
+def test_blanks_before_a_line_are_allowed():
+    text = "  # HELP hypeman_uptime_seconds up\n\thypeman_uptime_seconds 5\n"
+    assert _metrics.parse(text)["hypeman_uptime_seconds"] == [({}, 5.0)]
 
 
 @given(st.text(max_size=2000))
