@@ -283,10 +283,17 @@ def _discover_vendor_vfio(sysfs_root, result, read_creatable):
         parent = read_link_basename(vf_path + "/physfn")
         parent = canonical_address(parent) if parent else None
         escape = link_escape(sysfs_root, vf_path)
+        where = vf_path
+        if not escape and os.path.islink(vf_path + "/nvidia"):
+            # The driver's attribute directory, never a link on a real host; read_attribute
+            # refuses a link only in the last component, so one out of the root is refused here.
+            where = vf_path + "/nvidia"
+            resolved = os.path.realpath(where)
+            escape = None if is_within(resolved, os.path.realpath(sysfs_root)) else resolved
         if escape:
-            result.unreadable.append({"address": address, "parent": parent, "path": vf_path,
+            result.unreadable.append({"address": address, "parent": parent, "path": where,
                                       "error": "VF %s: %s is a symlink to %s, outside %s; refused" % (
-                                          name, vf_path, escape, sysfs_root)})
+                                          name, where, escape, sysfs_root)})
             continue
         if state != "present":
             result.unreadable.append({"address": address, "parent": parent,

@@ -145,6 +145,25 @@ def test_one_unreadable_vf_is_reported_and_skipped(tmp_path):
         "error": "read current vGPU type for VF %s: Is a directory" % card.vfs[1]}]
 
 
+@pytest.mark.parametrize("inside", [False, True])
+def test_a_vfs_nvidia_directory_linked_out_of_the_root_is_refused(tmp_path, inside):
+    tree = HostTree(tmp_path / "host")
+    card = tree.add_card("L40S", "0000:82:00.0", numvfs=2)
+    nvidia = tree.pci_path(card.vfs[1], "nvidia")
+    elsewhere = os.path.join(tree.sysfs_root, "moved") if inside else str(tmp_path / "outside")
+    os.rename(nvidia, elsewhere)
+    os.symlink(elsewhere, nvidia)
+    found = _sysfs.discover(tree.sysfs_root)
+    if inside:  # a link that stays in the root is read like any other
+        assert [vf["address"] for vf in found.vfs] == card.vfs[:2] and found.unreadable == []
+        return
+    assert [vf["address"] for vf in found.vfs] == [card.vfs[0]]
+    assert found.unreadable == [{
+        "address": card.vfs[1], "parent": "0000:82:00.0", "path": nvidia,
+        "error": "VF %s: %s is a symlink to %s, outside %s; refused" % (card.vfs[1], nvidia, elsewhere,
+                                                                        tree.sysfs_root)}]
+
+
 def test_garbage_current_type_is_unreadable(tmp_path):
     tree = HostTree(tmp_path)
     card = tree.add_card("L40S", "0000:82:00.0", numvfs=2)
