@@ -53,6 +53,10 @@ STATE_SUBDIR = "sentinel"
 # A cursor this collection writes stays far below this (each text it keeps is
 # capped); a bigger file is not ours and is refused unread.
 CURSOR_LIMIT = 4 * 1024 * 1024
+# The largest log read. hypeman copytruncates app.log at logging.max_size (default 50MB)
+# every 5 minutes; a log past this is not one it keeps (a sparse or runaway file would
+# take hours to read: 16 TiB sparse is about 9 h at 0.5 GB/s).
+LOG_LIMIT = 8 * 1024 ** 3
 VENDOR_VFIO = "vendor-vfio"
 
 # hypeman's newest L1 patterns (docs/hypeman-interface.md §5.2), applied to one line without
@@ -236,11 +240,15 @@ def _open_log(dir_fd, log_dir, name):
     """``(fd, stat)`` of the regular file ``name`` in the log dir, or ``(None, None)`` when it does not exist.
 
     Never follows a symlink, never blocks on a FIFO, refuses a file with
-    other hard links (it could be another instance's log).
+    other hard links (it could be another instance's log) or over :data:`LOG_LIMIT`.
     """
     path = os.path.join(log_dir, name)
     try:
         fd, st = _fileio.open_regular(name, follow=False, dir_fd=dir_fd)
+        if st.st_size > LOG_LIMIT:
+            os.close(fd)
+            raise LogRefused("refused %s: it is %d bytes, more than %d; hypeman rotates app.log at "
+                             "logging.max_size (default 50MB), so check its log rotation" % (path, st.st_size, LOG_LIMIT))
     except FileNotFoundError:
         return None, None
     except _fileio.HostFileError as err:

@@ -286,6 +286,25 @@ def test_logs_dir_of_another_kind_skips_only_that_instance(host, kind, words):
     assert report.skipped == [{"instance_id": "bad", "reason": words.format(path=logs)}]
 
 
+@pytest.mark.parametrize("name", ["app.log", "app.log.1", "app.log.prev.1788177000000000000"])
+def test_a_log_past_the_size_limit_skips_only_that_instance_unread(host, name, monkeypatch):
+    # A sparse or runaway log took hours to read (16 TiB sparse: about 9 h).
+    monkeypatch.setattr(_sentinel, "LOG_LIMIT", 4096)
+    host.instance("big", vf_index=0)
+    good = host.instance("good", vf_index=1)
+    guestlog.append(good, guestlog.report("failed", CLAIMED_NS + 27 * SEC))
+    path = os.path.join(host.logs("big"), name)
+    with open(path, "ab") as handle:
+        handle.truncate(4097)  # sparse, as a hostile file would be
+    report = host.scan()
+    assert report.skipped == [{"instance_id": "big", "reason": (
+        "refused %s: it is 4097 bytes, more than 4096; hypeman rotates app.log at logging.max_size "
+        "(default 50MB), so check its log rotation" % path)}]
+    assert any("sentinel skipped instance big: refused %s" % path in w for w in report.warnings)
+    assert verdicts(report) == {"good": ("failed", ts(27))}
+    assert not os.path.exists(host.cursor_path("big"))
+
+
 def test_endless_log_is_read_only_up_to_its_size_at_open(host):
     # A log that grows while it is read: the scan stops where the file ended when it
     # was opened, and the rest is for the next run.
