@@ -120,6 +120,12 @@ def is_within(path, root):
     return path == root or path.startswith(root.rstrip("/") + "/")
 
 
+def real_escape(path, roots):
+    """Where ``path`` really leads (every symlink resolved) when that is outside all ``roots``, else None."""
+    real = os.path.realpath(path)
+    return None if any(is_within(real, os.path.realpath(root)) for root in roots) else real
+
+
 def read_bytes_within(path, roots, limit=DEFAULT_LIMIT):
     """:func:`read_bytes` of ``path``, following a symlink only when its real target is inside ``roots``.
 
@@ -133,9 +139,9 @@ def read_bytes_within(path, roots, limit=DEFAULT_LIMIT):
     except HostFileError as err:
         if err.errno != errno.ELOOP:
             raise
-    real = os.path.realpath(path)
-    if not any(is_within(real, os.path.realpath(root)) for root in roots):
-        raise HostFileError(errno.ELOOP, "is a symlink to %s, outside %s; refused" % (real, " and ".join(roots)),
+    escape = real_escape(path, roots)
+    if escape:
+        raise HostFileError(errno.ELOOP, "is a symlink to %s, outside %s; refused" % (escape, " and ".join(roots)),
                             path)
     # Read the resolved path: a link swapped after the check cannot redirect the read.
-    return read_bytes(real, limit)
+    return read_bytes(os.path.realpath(path), limit)

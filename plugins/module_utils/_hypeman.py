@@ -18,7 +18,7 @@ import re
 
 from ansible_collections.hypeman.vgpu.plugins.module_utils import _gotime, _proc
 from ansible_collections.hypeman.vgpu.plugins.module_utils._errors import VgpuError
-from ansible_collections.hypeman.vgpu.plugins.module_utils._fileio import is_within, read_bytes, read_bytes_within
+from ansible_collections.hypeman.vgpu.plugins.module_utils._fileio import read_bytes, read_bytes_within, real_escape
 from ansible_collections.hypeman.vgpu.plugins.module_utils._govalues import go_fold
 from ansible_collections.hypeman.vgpu.plugins.module_utils._pci import address_or_none
 
@@ -347,10 +347,7 @@ def _escaping_link(entry, roots):
             return None
     except OSError:
         return None
-    real = os.path.realpath(entry.path)
-    if any(is_within(real, os.path.realpath(root)) for root in roots):
-        return None
-    return real
+    return real_escape(entry.path, roots)
 
 
 def list_instances(data_dir, proc_root=None):

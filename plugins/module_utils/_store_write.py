@@ -80,8 +80,11 @@ def recover_records(raw, now=None):
         if isinstance(raw_failures, list) and not isinstance(raw_failures, JsonObject):
             for item in raw_failures:
                 failure = _recover_failure(item)
-                if failure is not None and failure_key(failure.instance_id, failure.assigned_at) not in seen:
-                    seen.add(failure_key(failure.instance_id, failure.assigned_at))
+                if failure is None:
+                    continue
+                key = failure_key(failure.instance_id, failure.assigned_at)
+                if key not in seen:
+                    seen.add(key)
                     failures.append(failure)
         previous = records.get(address)
         if previous is not None and previous.quarantined_at is not None:

@@ -19,7 +19,7 @@ import os
 import re
 
 from ansible_collections.hypeman.vgpu.plugins.module_utils._errors import VgpuError
-from ansible_collections.hypeman.vgpu.plugins.module_utils._fileio import is_within, read_bytes
+from ansible_collections.hypeman.vgpu.plugins.module_utils._fileio import is_within, read_bytes, real_escape
 from ansible_collections.hypeman.vgpu.plugins.module_utils._govalues import go_quote
 from ansible_collections.hypeman.vgpu.plugins.module_utils._pci import address_or_none, canonical_address, normalize_address
 
@@ -288,8 +288,7 @@ def _discover_vendor_vfio(sysfs_root, result, read_creatable):
             # The driver's attribute directory, never a link on a real host; read_attribute
             # refuses a link only in the last component, so one out of the root is refused here.
             where = vf_path + "/nvidia"
-            resolved = os.path.realpath(where)
-            escape = None if is_within(resolved, os.path.realpath(sysfs_root)) else resolved
+            escape = real_escape(where, [sysfs_root])
         if escape:
             result.unreadable.append({"address": address, "parent": parent, "path": where,
                                       "error": "VF %s: %s is a symlink to %s, outside %s; refused" % (
