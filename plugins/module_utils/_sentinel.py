@@ -17,7 +17,8 @@ Terms used below:
   marker seen so far (``failed`` or ``ok``), plus whether it was recorded in
   the VF health store. Looking at evidence never consumes it: a findings-only
   run moves cursors but leaves the verdict unrecorded for a later
-  ``record`` run.
+  ``record`` run. An ``ok`` verdict also keeps the ``earlier_failure`` that
+  hypeman's sentinel would have reported on a pass of its own before it.
 """
 
 from __future__ import annotations
@@ -58,6 +59,9 @@ CURSOR_LIMIT = 4 * 1024 * 1024
 # take hours to read: 16 TiB sparse is about 9 h at 0.5 GB/s).
 LOG_LIMIT = 8 * 1024 ** 3
 VENDOR_VFIO = "vendor-vfio"
+# hypeman's L1 sentinel reads the logs every 5 s and acts on the last marker of each
+# pass: a FAILED more than one interval before the OK had a pass of its own.
+POLL_NS = 5 * 10 ** 9
 
 # hypeman's newest L1 patterns (docs/hypeman-interface.md §5.2), applied to one line without
 # its "\n". Go's \d and \S are ASCII classes; \S is written out because
@@ -352,6 +356,10 @@ def _valid_ident(value):
     return isinstance(value, list) and len(value) == 4 and all(_is_int(v) for v in value)
 
 
+def _valid_earlier_failure(value):
+    return value is None or (isinstance(value, dict) and all(_is_text(value.get(k)) for k in ("ts", "nvrm", "file")))
+
+
 def _valid_verdict(value, archive=False):
     if not isinstance(value, dict) or value.get("verdict") not in ("failed", "ok"):
         return False
@@ -359,6 +367,8 @@ def _valid_verdict(value, archive=False):
         return False
     if archive:
         return True
+    if not _valid_earlier_failure(value.get("earlier_failure")):  # absent in cursors of older versions
+        return False
     return _is_text(value.get("file")) and isinstance(value.get("recorded"), bool)
 
 
@@ -572,9 +582,15 @@ class _Evidence(object):
     out (``stale``) and its ``ts`` is not before the assignment; the last one
     wins. The others are listed as unattributed (copies once, at most
     MAX_UNATTRIBUTED).
+
+    ``earlier_failure`` is the first FAILED of the failures just before an OK
+    when its ``ts`` is more than POLL_NS before that OK's: hypeman read it on a
+    pass of its own and reported it before the success. ``unrecorded`` is the
+    verdict an earlier run of the same assignment left unrecorded: the bytes
+    it came from are not read again, so it stands for them.
     """
 
-    def __init__(self, instance_id, assignment, stale):
+    def __init__(self, instance_id, assignment, stale, unrecorded=None):
         self.instance_id = instance_id
         self.assignment = assignment
         self.stale = stale
@@ -583,6 +599,23 @@ class _Evidence(object):
         self.unattributed = []
         self.more = 0
         self._listed = set()
+        self.earlier_failure = None
+        self._first_failed = None  # (ts, nvrm, file) of the first FAILED since the last OK
+        if unrecorded is not None:
+            if unrecorded["verdict"] == "failed":
+                self._first_failed = (unrecorded["ts"], unrecorded["nvrm"], unrecorded["file"])
+            elif unrecorded.get("earlier_failure"):
+                self.earlier_failure = dict(unrecorded["earlier_failure"])
+
+    def _attribute(self, marker):
+        self.last = marker
+        if marker.verdict == "failed":
+            if self._first_failed is None:
+                self._first_failed = (marker.ts, marker.nvrm, marker.file)
+            return
+        if self._first_failed is not None and _apart(self._first_failed[0], marker.ts):
+            self.earlier_failure = dict(zip(("ts", "nvrm", "file"), self._first_failed))
+        self._first_failed = None
 
     def __call__(self, marker):
         self.count += 1
@@ -590,7 +623,7 @@ class _Evidence(object):
         # whatever its guest timestamps say. The guest ts can then only exclude.
         why = self.stale.get(marker.file)
         if why is None and self.assignment["time"] is None:
-            self.last = marker  # no assignment time: nothing to compare ts with (as in hypeman)
+            self._attribute(marker)  # no assignment time: nothing to compare ts with (as in hypeman)
             return
         if why is None:
             try:
@@ -599,7 +632,7 @@ class _Evidence(object):
                 why = "marker ts is not an RFC 3339 time"
             else:
                 if when >= self.assignment["time"]:
-                    self.last = marker
+                    self._attribute(marker)
                     return
                 why = "marker ts is earlier than the assignment time %s" % self.assignment["assigned_at"]
         ident = (marker.key(), marker.file)
@@ -612,6 +645,14 @@ class _Evidence(object):
         self.unattributed.append({
             "instance_id": self.instance_id, "file": marker.file, "verdict": marker.verdict,
             "ts": marker.ts, "nvrm": marker.nvrm, "reason": why})
+
+
+def _apart(failed_ts, ok_ts):
+    """Whether the OK's ts is more than one sentinel pass after the FAILED's (False if either is no time)."""
+    try:
+        return to_unix_ns(parse_rfc3339(ok_ts)) - to_unix_ns(parse_rfc3339(failed_ts)) > POLL_NS
+    except ValueError:
+        return False
 
 
 class _ArchiveSummary(object):
@@ -947,7 +988,9 @@ def _scan_one(report, cursors, instance, log_dir_of, buf):
     same_assignment = old is not None and old["assignment"] == key
     log_dir = log_dir_of(instance_id)
     work = _InstanceScan(instance_id, log_dir, old, buf, assignment)
-    evidence = _Evidence(instance_id, assignment, work.stale)
+    held = old.get("verdict") if same_assignment else None
+    evidence = _Evidence(instance_id, assignment, work.stale,
+                         unrecorded=held if held is not None and not held["recorded"] else None)
     try:
         log, rotated = work.current(same_assignment, evidence)
         archives = work.archives()
@@ -979,7 +1022,8 @@ def _scan_one(report, cursors, instance, log_dir_of, buf):
         same_report = verdict is not None and (verdict["verdict"], verdict["ts"], verdict["nvrm"]) == last.key()
         if not same_report:
             verdict = {"verdict": last.verdict, "ts": last.ts, "nvrm": last.nvrm,
-                       "file": last.file, "recorded": False}
+                       "file": last.file, "recorded": False,
+                       "earlier_failure": evidence.earlier_failure if last.verdict == "ok" else None}
     state = {
         "version": STATE_VERSION,
         "instance_id": instance_id,
@@ -1013,6 +1057,7 @@ def _finding(instance_id, assignment, verdict, current):
         "nvrm": verdict["nvrm"],
         "file": verdict["file"],
         "recorded": verdict["recorded"],
+        "earlier_failure": verdict.get("earlier_failure"),
     }
 
 
@@ -1064,12 +1109,22 @@ def _still_assigned(instance, key):
 # --- recording ---------------------------------------------------------------------------------
 
 
-def _report_order(finding):
+def _report_order(report):
+    instance_id = report[2]["instance_id"]
     try:
-        when = parse_rfc3339(finding["ts"])
-        return (0, when.sec, when.nsec, finding["instance_id"])
+        when = parse_rfc3339(report[1])
+        return (0, when.sec, when.nsec, instance_id)
     except ValueError:
-        return (1, 0, 0, finding["instance_id"])
+        return (1, 0, 0, instance_id)
+
+
+def _reports(findings):
+    """(verdict, ts, finding) of each report: an OK's earlier failure goes first."""
+    for finding in findings:
+        earlier = finding.get("earlier_failure")
+        if finding["verdict"] == "ok" and earlier:
+            yield "failed", earlier["ts"], finding
+        yield finding["verdict"], finding["ts"], finding
 
 
 def record_verdicts(store, findings, threshold):
@@ -1077,14 +1132,16 @@ def record_verdicts(store, findings, threshold):
 
     Reports go in marker-time order (as hypeman would have received them):
     ``failed`` is a failure report for the assignment, ``ok`` a success
-    report. The store deduplicates per (instance_id, assigned_at), so a
-    verdict reported twice never counts twice.
+    report, preceded by a failure report when the OK has an
+    ``earlier_failure``. The store deduplicates per (instance_id,
+    assigned_at), so a verdict reported twice never counts twice.
     """
     outcomes = []
-    for finding in sorted(findings, key=_report_order):
+    for report in sorted(_reports(findings), key=_report_order):
+        verdict, finding = report[0], report[2]
         item = {"instance_id": finding["instance_id"], "vf_address": finding["vf_address"],
-                "assigned_at": finding["assigned_at"], "verdict": finding["verdict"]}
-        if finding["verdict"] == "failed":
+                "assigned_at": finding["assigned_at"], "verdict": verdict}
+        if verdict == "failed":
             item["report"] = "failure"
             item["outcome"] = store.report_failure(
                 finding["vf_address"], finding["instance_id"], finding["assigned_at"], threshold)

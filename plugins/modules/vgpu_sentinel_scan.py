@@ -171,6 +171,15 @@ findings:
       description: Whether this verdict has been reported to the store (by this run or an earlier one).
       type: bool
       sample: false
+    earlier_failure:
+      description:
+        - For an C(ok) verdict, the first C(failed) marker since the previous C(ok) when its C(ts) is more than
+          5 s (one pass of hypeman's sentinel) before the OK's; null otherwise.
+        - hypeman reported that failure on a pass of its own before the success, so a O(record=true) run reports it
+          first, and the success then also clears the VF's older failures, as in hypeman.
+      type: dict
+      sample: {"ts": "2026-08-31T12:00:27.5Z", "nvrm": "NVRM: GPU 0000:00:03.0: RmInitAdapter failed! (0x22:0x65:884)",
+               "file": /var/lib/hypeman/guests/tz4a98xxat96iws9zmbrgj3a/logs/app.log}
 history:
   description:
     - Per C(app.log.prev.<ns>) archive (an earlier boot) that holds markers, its last marker. Never reported.

@@ -16,7 +16,7 @@ import time
 import pytest
 from hypothesis import given, strategies as st
 
-from ansible_collections.hypeman.vgpu.plugins.module_utils import _sentinel
+from ansible_collections.hypeman.vgpu.plugins.module_utils import _sentinel, _store
 from ansible_collections.hypeman.vgpu.tests.sim import guestlog
 from ansible_collections.hypeman.vgpu.tests.unit.hostile import property_settings
 from ansible_collections.hypeman.vgpu.tests.unit.plugins.module_utils.sentinel_host import (
@@ -358,3 +358,83 @@ def test_model_agrees_with_hypemans_own_oversized_line_test():
     assert _expected(_marker_line("ok", READER_SIZE - 2) + b"\r\n") != []
     assert _expected(_marker_line("ok", READER_SIZE - 1) + b"\r\n") == []
     assert _expected(_marker_line("ok", 300)) == []  # no newline yet: not a line
+
+
+# --- FAILED, then OK on a later pass (hypeman reads the log every 5 s) ---
+
+
+def test_an_earlier_failure_is_kept_in_the_cursor_and_checked_there(host):
+    app = host.instance("inst-a", vf_index=0)
+    guestlog.append(app, guestlog.report("failed", CLAIMED_NS + 30 * SEC) + guestlog.report("ok", CLAIMED_NS + 40 * SEC))
+    host.scan()
+    with open(host.cursor_path("inst-a")) as handle:
+        state = json.load(handle)
+    verdict = state["verdict"]
+    assert verdict["verdict"] == "ok" and verdict["earlier_failure"] == {
+        "ts": _ts(30), "nvrm": guestlog.DEFAULT_NVRM, "file": app}
+    assert _sentinel.valid_state(state, "inst-a")
+    older = dict(verdict)
+    del older["earlier_failure"]  # a cursor of an earlier version has no such key
+    assert _sentinel.valid_state(dict(state, verdict=older), "inst-a")
+    for bad in (5, "x", {"ts": _ts(30), "nvrm": None, "file": app}, {"ts": _ts(30), "file": app}):
+        assert not _sentinel.valid_state(dict(state, verdict=dict(verdict, earlier_failure=bad)), "inst-a")
+
+_OLDER = _store.Failure("inst-old", "2026-08-30T09:00:00Z", "2026-08-30T09:01:00Z")
+
+
+def _store_with_older_failure(vf):
+    """An earlier assignment's failure on the VF: an OK whose failure was reported clears it too."""
+    store = _store.HealthStore("/nonexistent/vf-health.json")
+    store.records[vf] = _store.Record(vf, (_OLDER,), None)
+    return store
+
+
+def _records(store):
+    return {vf: ([(f.instance_id, f.assigned_at) for f in record.failures], record.quarantined_at is not None)
+            for vf, record in store.records.items()}
+
+
+@property_settings(25)
+@given(failed_gaps=st.lists(st.integers(6, 90), max_size=3), ok_gap=st.one_of(st.none(), st.integers(6, 90)),
+       runs=st.lists(st.tuples(st.integers(0, 4), st.booleans()), min_size=1, max_size=4),
+       threshold=st.integers(2, 3))
+def test_agent_reports_more_than_a_pass_apart_end_as_hypemans_passes_do(tmp_path_factory, failed_gaps, ok_gap,
+                                                                         runs, threshold):
+    # The agent prints FAILED reports (at most one per 30 s in reality) and at most one
+    # OK after them (success is terminal). With every report more than one 5 s pass after
+    # the one before, hypeman reports each on a pass of its own. Whatever runs (audits or
+    # record runs) read the log in pieces, the store must end as hypeman's would.
+    host = MiniHost(tmp_path_factory.mktemp("passes"))
+    claimed_ns = time.time_ns() - 3600 * SEC
+    claimed_at = guestlog.rfc3339nano(claimed_ns)
+    app = host.instance("inst-a", claimed_at=claimed_at)
+    vf = host.VFS[0]
+    reports, at = [], claimed_ns + 10 * SEC
+    for gap in failed_gaps:
+        at += gap * SEC
+        reports.append(("failed", at))
+    if ok_gap is not None:
+        reports.append(("ok", at + ok_gap * SEC))
+
+    model = _store_with_older_failure(vf)
+    for verdict, _at in reports:  # one pass each, in order
+        if verdict == "failed":
+            model.report_failure(vf, "inst-a", claimed_at, threshold)
+        else:
+            model.report_success(vf, "inst-a", claimed_at)
+
+    store = _store_with_older_failure(vf)
+
+    def record(report):
+        findings = report.unrecorded()
+        outcomes = _sentinel.record_verdicts(store, findings, threshold)
+        report.mark_recorded(findings)
+        return outcomes
+
+    written = 0
+    for count, recording in runs + [(len(reports), True)]:  # the last run records everything read
+        for verdict, unix_ns in reports[written:written + count]:
+            guestlog.append(app, guestlog.report(verdict, unix_ns))
+        written = min(len(reports), written + count)
+        host.scan(recorder=record if recording else None)
+    assert _records(store) == _records(model)

@@ -28,7 +28,8 @@ def test_failed_report_becomes_a_finding_for_the_current_assignment(host):
     report = host.scan()
     assert report.findings == [{
         "instance_id": "inst-a", "vf_address": host.card.vfs[3], "assigned_at": CLAIMED_AT, "current": True,
-        "verdict": "failed", "ts": _ts(27), "nvrm": guestlog.DEFAULT_NVRM, "file": app, "recorded": False}]
+        "verdict": "failed", "ts": _ts(27), "nvrm": guestlog.DEFAULT_NVRM, "file": app, "recorded": False,
+        "earlier_failure": None}]
     assert report.skipped == [] and report.warnings == [] and report.unattributed == []
 
 

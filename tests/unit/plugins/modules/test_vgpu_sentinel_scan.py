@@ -96,14 +96,56 @@ def test_two_failed_assignments_quarantine_the_vf_and_a_rerun_changes_nothing(ho
     assert [f["recorded"] for f in again["findings"]] == [True]
 
 
-def test_failed_then_ok_in_one_scan_records_nothing(host, capsys):
+OLDER_FAILURE = {"instance_id": "inst-old", "assigned_at": "2026-08-30T09:00:00Z",
+                 "reported_at": "2026-08-30T09:01:00Z"}
+
+
+@pytest.mark.parametrize("ok_after_s, reports, older_left", [
+    # hypeman reads the log every 5 s: a FAILED more than one pass before the OK was
+    # reported on its own pass, and the OK then clears it and every older failure.
+    (33, [("inst-a", "failure", "recorded"), ("inst-a", "success", "cleared")], False),
+    # Within one pass only the last marker counts: a success without a match changes nothing.
+    (5, [("inst-a", "success", "unchanged")], True),
+])
+def test_failed_then_ok_in_one_scan_is_reported_as_hypemans_passes_would(host, capsys, ok_after_s, reports,
+                                                                          older_left):
+    host.tree.write_store([{"vf_address": host.vf, "failures": [OLDER_FAILURE]}])
     app = host.boot("inst-a", CLAIMED_NS)
     guestlog.append(app, guestlog.report("failed", CLAIMED_NS + 27 * SEC)
-                    + guestlog.report("ok", CLAIMED_NS + 60 * SEC))
-    result = host.run(capsys, record=True)
-    assert result["changed"] is False
-    assert _outcomes(result) == [("inst-a", "success", "unchanged")]
-    assert host.store() is None
+                    + guestlog.report("ok", CLAIMED_NS + (27 + ok_after_s) * SEC))
+    result = host.run(capsys, record=True, threshold=3)
+    assert _outcomes(result) == reports
+    assert result["changed"] is not older_left
+    assert (host.vf in host.records()) is older_left
+    earlier = result["findings"][0]["earlier_failure"]
+    assert (earlier is None) is older_left
+    if earlier is not None:
+        assert earlier == {"ts": _iso(CLAIMED_NS + 27 * SEC), "nvrm": guestlog.DEFAULT_NVRM, "file": app}
+    again = host.run(capsys, record=True, threshold=3)
+    assert again["changed"] is False and again["outcomes"] == []
+
+
+def test_failed_seen_by_an_audit_is_reported_before_a_later_ok(host, capsys):
+    # The audit reads the FAILED and leaves it unrecorded; the record run reads only
+    # the OK after it. hypeman would have reported both, so both are reported.
+    host.tree.write_store([{"vf_address": host.vf, "failures": [OLDER_FAILURE]}])
+    app = host.boot("inst-a", CLAIMED_NS)
+    guestlog.append(app, guestlog.report("failed", CLAIMED_NS + 27 * SEC))
+    audit = host.run(capsys)
+    assert [f["verdict"] for f in audit["findings"]] == ["failed"]
+    guestlog.append(app, guestlog.report("ok", CLAIMED_NS + 60 * SEC))
+    result = host.run(capsys, record=True)  # threshold 2: the FAILED quarantines, the OK rescinds
+    assert _outcomes(result) == [("inst-a", "failure", "quarantined"), ("inst-a", "success", "rescinded")]
+    assert host.records() == {}
+
+
+def test_failed_crossing_the_threshold_then_ok_is_rescinded_in_one_scan(host, capsys):
+    app = host.boot("inst-a", CLAIMED_NS)
+    guestlog.append(app, guestlog.report("failed", CLAIMED_NS + 27 * SEC)
+                    + guestlog.report("ok", CLAIMED_NS + 90 * SEC))
+    result = host.run(capsys, record=True, threshold=1)
+    assert _outcomes(result) == [("inst-a", "failure", "quarantined"), ("inst-a", "success", "rescinded")]
+    assert host.records() == {}
 
 
 def test_failed_then_ok_across_two_runs_clears_the_failure(host, capsys):
@@ -134,7 +176,8 @@ def test_restart_safety_never_recounts_even_without_cursors(host, capsys, thresh
     shutil.rmtree(host.tree.state_dir)  # the cursors are lost: everything is read again
     rerun = host.run(capsys, record=True, threshold=threshold)
     assert rerun["changed"] is False
-    assert _outcomes(rerun) == [("inst-a", "success", "unchanged")]
+    # Both reports again, as a fresh hypeman pass pair would make them: the store ends as it was.
+    assert [o[1] for o in _outcomes(rerun)] == ["failure", "success"]
     assert host.store() == settled
 
 
