@@ -32,6 +32,12 @@ NAME_MAX = 63
 # The time suffix a canary name ends with: base-36 nanoseconds (13 characters until the year 2087).
 _SUFFIX_LEN = 13
 PREFIX_MAX = NAME_MAX - len("-0000-00-00-0-") - _SUFFIX_LEN
+# The card and time after "<prefix>-" in a canary name (card address with dashes, base-36 ns).
+_NAME_TIME_RE = re.compile(r"^[0-9a-f]{4}-[0-9a-f]{2}-[0-9a-f]{2}-[0-7]-([0-9a-z]{1,%d})\Z" % _SUFFIX_LEN)
+TIMEOUT_MAX = 7200  # seconds a run waits for the verdict at most
+# Another card's canary is a leftover only past this age: twice the longest wait, so
+# never one a run is still watching.
+STALE_AFTER_NS = 2 * TIMEOUT_MAX * 10 ** 9
 # hypeman's Tags values: ^[A-Za-z0-9 _.:/=+@-]*$, at most 256.
 _TAG_VALUE_RE = re.compile(r"^[A-Za-z0-9 _.:/=+@-]{0,256}\Z")
 # An instance id we put into a URL path and a host path: CUID2 in practice; one safe path component always.
@@ -49,7 +55,7 @@ _VSOCK_FAILED_RE = re.compile(rb"^[0-9]{4}/[0-9]{2}/[0-9]{2} [0-9]{2}:[0-9]{2}:[
 
 def canary_name(prefix, gpu, now_ns=None):
     """``<prefix>-<card address with dashes>-<base-36 time>``: unique, hypeman-valid, names the card."""
-    card = gpu.replace(":", "-").replace(".", "-")
+    card = _card_part(gpu)
     value = int(time.time_ns() if now_ns is None else now_ns)
     digits = ""
     while value:
@@ -104,14 +110,32 @@ def instance_view(data, what):
             "tags": tags}
 
 
-def is_ours(item, prefix):
-    """Whether a listed instance is a canary of this collection: our name prefix and, when tags are sent, our tag."""
+def _card_part(gpu):
+    return gpu.replace(":", "-").replace(".", "-")
+
+
+def is_leftover(item, prefix, gpu, now_ns=None):
+    """Whether a listed instance is a canary of this collection for card ``gpu``, or a stale one of any card.
+
+    Ours: the name ``<prefix>-<card>-<time>`` and, when hypeman sends tags, our
+    tag. Another card's canary may belong to a run going on now, so it counts
+    only once its name's time is older than any run lasts (STALE_AFTER_NS).
+    """
     if not isinstance(item, dict) or not isinstance(item.get("name"), str):
         return False
-    if not item["name"].startswith(prefix + "-"):
+    name = item["name"]
+    if not name.startswith(prefix + "-"):
         return False
     tags = item.get("tags")
-    return tags is None or (isinstance(tags, dict) and isinstance(tags.get(TAG_KEY), str))
+    if tags is not None and not (isinstance(tags, dict) and isinstance(tags.get(TAG_KEY), str)):
+        return False
+    if name.startswith("%s-%s-" % (prefix, _card_part(gpu))) and (tags is None or tags[TAG_KEY] == gpu):
+        return True
+    born = _NAME_TIME_RE.match(name[len(prefix) + 1:])
+    if born is None:
+        return False
+    now = time.time_ns() if now_ns is None else now_ns
+    return now - int(born.group(1), 36) > STALE_AFTER_NS
 
 
 class Client(object):

@@ -18,7 +18,8 @@ import re
 
 from ansible_collections.hypeman.vgpu.plugins.module_utils import _gotime, _proc
 from ansible_collections.hypeman.vgpu.plugins.module_utils._errors import VgpuError
-from ansible_collections.hypeman.vgpu.plugins.module_utils._fileio import read_bytes, read_bytes_within, real_escape
+from ansible_collections.hypeman.vgpu.plugins.module_utils._fileio import (
+    HostFileError, read_bytes, read_bytes_within, real_escape)
 from ansible_collections.hypeman.vgpu.plugins.module_utils._govalues import go_fold
 from ansible_collections.hypeman.vgpu.plugins.module_utils._pci import address_or_none
 
@@ -350,6 +351,27 @@ def _escaping_link(entry, roots):
     return real_escape(entry.path, roots)
 
 
+def read_metadata_bytes(data_dir, path):
+    """The bytes of an instance's ``metadata.json`` under ``data_dir``, as :func:`list_instances` reads them.
+
+    Never waits on a FIFO, reads at most :data:`METADATA_LIMIT`, and follows a
+    symlink only when it stays inside ``data_dir``; OSError otherwise.
+    """
+    return read_bytes_within(path, (data_dir, guests_dir(data_dir)), METADATA_LIMIT)
+
+
+def read_instance_metadata(data_dir, instance_id):
+    """``(metadata, path)`` of one instance by id; OSError when unreadable, ValueError when hypeman could not load it.
+
+    A guest directory that is a symlink is refused, as hypeman does not list it.
+    """
+    directory = instance_dir(data_dir, instance_id)
+    if os.path.islink(directory):
+        raise HostFileError(errno.ELOOP, "is a symlink, which hypeman does not list as an instance", directory)
+    path = os.path.join(directory, "metadata.json")
+    return parse_metadata(read_metadata_bytes(data_dir, path).decode("utf-8", "replace")), path
+
+
 def list_instances(data_dir, proc_root=None):
     """Every instance under ``<data_dir>/guests``, plus what could not be read.
 
@@ -397,7 +419,7 @@ def list_instances(data_dir, proc_root=None):
             continue
         path = os.path.join(base, name, "metadata.json")
         try:
-            data = read_bytes_within(path, roots, METADATA_LIMIT)
+            data = read_metadata_bytes(data_dir, path)
         except (IOError, OSError) as err:
             if err.errno == errno.ENOENT:
                 continue

@@ -26,8 +26,10 @@ description:
     vsock-era agent's last C(GPU driver initialized) or C(GPU init failure detected) console line. The canary
     runs the operator's image, so its console is trusted for its own verdict.
   - Every canary is named C(<name_prefix>-<card>-<time>) and tagged C(hypeman.vgpu/canary=<card>). Before
-    creating one, and with O(state=absent) alone, every instance with that name prefix (and the tag, when
-    hypeman sends tags) is deleted. That is how a canary left by an interrupted run goes away.
+    creating one, and with O(state=absent) alone, every canary of O(gpu) (that name and, when hypeman sends tags,
+    that tag) is deleted. That is how a canary left by an interrupted run goes away. Another card's canary may
+    belong to a run going on now, so it is deleted only once its name's time is more than 4 hours old (twice the
+    longest O(timeout)).
   - The module does not change the store. A failed verdict is returned as RV(verdict=failed) with the evidence.
     The C(hypeman.vgpu.vgpu_canary) role then quarantines the card's VFs through the internal role C(store_edit)
     and fails the run.
@@ -79,7 +81,8 @@ options:
     default: qemu
   name_prefix:
     description:
-      - Start of every canary's name; instances with this prefix are treated as leftover canaries and deleted.
+      - Start of every canary's name; instances with this prefix are treated as canaries of this collection, and
+        leftover ones are deleted (see the notes).
       - Lowercase letters, digits and dashes, at most 36 characters.
     type: str
     default: vgpu-canary
@@ -191,7 +194,6 @@ leftovers_deleted:
   elements: dict
 """
 
-import os
 import signal
 import time
 
@@ -202,7 +204,6 @@ from ansible_collections.hypeman.vgpu.plugins.module_utils import _canary, _hype
 from ansible_collections.hypeman.vgpu.plugins.module_utils._errors import VgpuError
 from ansible_collections.hypeman.vgpu.plugins.module_utils._module import run_host_module, store_path
 
-TIMEOUT_MAX = 7200
 _SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
 
 
@@ -231,8 +232,9 @@ def _check_options(params):
             problem = _canary.text_problem("hypervisor", params["hypervisor"], limit=64)
             if problem:
                 raise VgpuError(problem)
-        if not 1 <= params["timeout"] <= TIMEOUT_MAX:
-            raise VgpuError("timeout %d is out of range; expected 1 to %d seconds" % (params["timeout"], TIMEOUT_MAX))
+        if not 1 <= params["timeout"] <= _canary.TIMEOUT_MAX:
+            raise VgpuError("timeout %d is out of range; expected 1 to %d seconds" % (params["timeout"],
+                                                                                      _canary.TIMEOUT_MAX))
         if not 1 <= params["poll_interval"] <= 60:
             raise VgpuError("poll_interval %d is out of range; expected 1 to 60 seconds" % params["poll_interval"])
 
@@ -241,13 +243,11 @@ def _landing(client, params, inst):
     """``(vf, card)`` the canary's vGPU sits on: the API's ``gpu.device_path``, else its metadata."""
     device_path = inst["device_path"]
     if not device_path:
-        meta_path = os.path.join(_hypeman.instance_dir(params["data_dir"], inst["id"]), "metadata.json")
         try:
-            with open(meta_path, "rb") as handle:
-                meta = _hypeman.parse_metadata(handle.read(1024 * 1024))
+            meta, meta_path = _hypeman.read_instance_metadata(params["data_dir"], inst["id"])
         except (OSError, ValueError) as err:
-            raise VgpuError("cannot tell where canary %s landed: hypeman's answer has no gpu.device_path and "
-                            "%s cannot be read: %s" % (inst["id"], meta_path, err))
+            raise VgpuError("cannot tell where canary %s landed: hypeman's answer has no gpu.device_path and its "
+                            "metadata cannot be read: %s" % (inst["id"], err))
         device_path = _hypeman.instance_from_metadata(meta, meta_path)["device_path"]
     view = _hypeman.instance_from_metadata({"GPUDevicePath": device_path or ""}, "")
     vf = view["vf_address"]
@@ -321,7 +321,7 @@ def _body(module):
         signal.signal(signum, _on_signal)
     try:
         for item in client.list_instances():
-            if _canary.is_ours(item, params["name_prefix"]):
+            if _canary.is_leftover(item, params["name_prefix"], gpu):
                 leftover = _canary.instance_view(item, "GET /instances")
                 if not module.check_mode:
                     client.delete(leftover["id"])

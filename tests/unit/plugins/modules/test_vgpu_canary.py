@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 import threading
+import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
@@ -149,12 +150,18 @@ def test_leftover_canaries_are_deleted_and_others_left_alone(running, capsys):
     assert status == 201
     status, other = sim.create("ml-job")
     assert status == 201
+    # A canary of another card, made a minute ago: a run on that card may be watching it.
+    status, running_elsewhere = sim.api.create_instance({
+        "name": _canary.canary_name("vgpu-canary", PF_B, time.time_ns() - 60 * 10 ** 9), "image": IMAGE,
+        "gpu": {"profile": PROFILE}, "tags": {_canary.TAG_KEY: PF_B}})
+    assert status == 201
+    other = {"id": sorted([other["id"], running_elsewhere["id"]])}
     result = _run(sim.params(state="absent"), capsys, check=True)
     assert result["changed"] is True and [x["id"] for x in result["leftovers_deleted"]] == [leftover["id"]]
-    assert sorted(sim.guests()) == sorted([leftover["id"], other["id"]])  # check mode deleted nothing
+    assert sorted(sim.guests()) == sorted([leftover["id"]] + other["id"])  # check mode deleted nothing
     result = _run(sim.params(state="absent"), capsys)
     assert result["changed"] is True and [x["id"] for x in result["leftovers_deleted"]] == [leftover["id"]]
-    assert sim.guests() == [other["id"]]
+    assert sim.guests() == other["id"]
     again = _run(sim.params(state="absent"), capsys)
     assert again["changed"] is False and again["leftovers_deleted"] == []
 
@@ -197,6 +204,70 @@ def test_refused_create_fails_cleanly(running, capsys):
     assert answer[0] == 409 and "is not creatable on any VF" in answer[1]["message"]
 
 
+NOW_NS = 1788177600123456789
+
+
+@pytest.mark.parametrize("name, tags, leftover", [
+    (_canary.canary_name("vgpu-canary", PF_A, NOW_NS - 10 ** 9), {_canary.TAG_KEY: PF_A}, True),
+    (_canary.canary_name("vgpu-canary", PF_A, NOW_NS - 10 ** 9), None, True),  # hypeman without tags
+    (_canary.canary_name("vgpu-canary", PF_A, NOW_NS - 10 ** 9), {_canary.TAG_KEY: PF_B}, False),
+    (_canary.canary_name("vgpu-canary", PF_A, NOW_NS - 10 ** 9), {"other": "x"}, False),
+    # another card's canary: a leftover only once older than any run lasts
+    (_canary.canary_name("vgpu-canary", PF_B, NOW_NS - 3600 * 10 ** 9), {_canary.TAG_KEY: PF_B}, False),
+    (_canary.canary_name("vgpu-canary", PF_B, NOW_NS - _canary.STALE_AFTER_NS - 1), {_canary.TAG_KEY: PF_B}, True),
+    (_canary.canary_name("vgpu-canary", PF_B, NOW_NS - _canary.STALE_AFTER_NS - 1), {"other": "x"}, False),
+    ("vgpu-canary-0000-e3-00-0-notbase36!", None, False),
+    ("vgpu-canary-ml-job", None, False),
+    ("vgpu-canaryx-0000-82-00-0-1", None, False),
+    ("ml-job", {_canary.TAG_KEY: PF_A}, False),
+])
+def test_a_leftover_is_this_cards_canary_or_a_stale_one_of_any_card(name, tags, leftover):
+    item = {"id": "x", "name": name}
+    if tags is not None:
+        item["tags"] = tags
+    assert _canary.is_leftover(item, "vgpu-canary", PF_A, now_ns=NOW_NS) is leftover
+
+
+@pytest.mark.parametrize("kind", ["fifo", "guest_dir_link", "metadata_link"])
+def test_unreadable_landing_metadata_fails_promptly_and_deletes_the_canary(stub, tmp_path, capsys, kind):
+    # hypeman's answer has no gpu.device_path, so the landing is read from the canary's metadata,
+    # which is hostile: the run must neither wait on it nor read outside the data dir.
+    tree = HostTree(str(tmp_path / "host"))
+    tree.add_card("L40S", PF_A, numvfs=2)
+    tree.write_config(threshold=2)
+    guest = os.path.join(tree.data_dir, "guests", "canary1")
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "metadata.json").write_text(json.dumps({"GPUDevicePath": "/sys/bus/pci/devices/%s" % PF_A}))
+
+    def make_hostile():
+        if kind == "guest_dir_link":
+            os.symlink(str(outside), guest)
+            return
+        os.makedirs(guest)
+        if kind == "fifo":
+            os.mkfifo(os.path.join(guest, "metadata.json"))
+        else:
+            os.symlink(str(outside / "metadata.json"), os.path.join(guest, "metadata.json"))
+
+    stub.answers = {("GET", "instances"): (200, b"[]"),
+                    ("POST", "instances"): (201, json.dumps({"id": "canary1", "name": "vgpu-canary-x"}).encode()),
+                    ("DELETE", "instance"): (204, b"")}
+    stub.hooks = {("POST", "instances"): make_hostile}
+    stub.calls = []
+    params = {"data_dir": tree.data_dir, "sysfs_root": tree.sysfs_root, "proc_root": "/proc",
+              "dev_root": tree.dev_root, "config_path": tree.config_path, "api_url": stub.url, "api_timeout": 5,
+              "gpu": PF_A, "image": IMAGE, "profile": PROFILE, "timeout": 5, "poll_interval": 1}
+    try:
+        with hang_detector(30, "vgpu_canary landing"):
+            result = run_module(vgpu_canary.main, params, capsys)
+    finally:
+        stub.hooks = {}
+    assert result["failed"] is True and "cannot tell where canary canary1 landed" in result["msg"], result
+    assert {"fifo": "FIFO", "guest_dir_link": "symlink", "metadata_link": "outside"}[kind] in result["msg"]
+    assert result["canary"]["deleted"] is True and ("DELETE", "/instances/canary1") in stub.calls
+
+
 @pytest.mark.parametrize("params, words", [
     ({"api_url": None}, "api_url is required"),
     ({"image": ""}, "image is empty"),
@@ -223,7 +294,7 @@ class _Stub(object):
     """A stub hypeman answering each route with a fixed (status, raw bytes)."""
 
     def __init__(self):
-        self.answers, self.calls = {}, []
+        self.answers, self.calls, self.hooks = {}, [], {}
         stub = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -238,6 +309,8 @@ class _Stub(object):
                     self.rfile.read(length)
                 stub.calls.append((self.command, self.path))
                 key = (self.command, self.path.split("/")[1] if self.path.count("/") == 1 else "instance")
+                if key in stub.hooks:
+                    stub.hooks[key]()
                 status, raw = stub.answers.get(key, (404, b'{"code": "not_found", "message": "x"}'))
                 self.send_response(status)
                 self.send_header("Content-Length", str(len(raw)))
