@@ -148,7 +148,7 @@ declare -A target_seconds=(
   [recover_gpu_breaker]=112 [fleet_audit]=110 [vf_health]=78 [sr_iov_cycle_preflight]=57
   [vgpu_canary]=48 [vgpu_sentinel_scan]=32 [gpu_sriov]=28 [vgpu_placement_info]=22
   [vf_health_info]=19 [vgpu_instance_info]=13 [inventory_vgpu_fleet]=13 [run_marker]=10
-  [gpu_holders_info]=10 [fleet_awx]=2
+  [gpu_holders_info]=10 [sr_iov_cycle_resume]=12 [fleet_awx]=2
 )
 integration_targets() { # what a plain `ansible-test integration` runs: no setup_/prepare_ target, no
   local dir name   # disabled, unsupported, unstable or destructive one

@@ -99,6 +99,15 @@ options:
         cycle recreated them.
     type: bool
     default: true
+  recorded_before:
+    description:
+      - With O(state=absent), remove a record only when every time in it (each failure's C(reported_at) and the
+        C(quarantined_at)) is at or before this instant, an RFC 3339 time such as V(2026-08-31T12:00:00.5Z). A record
+        with a later time is kept, with the outcome V(kept_newer), and named in RV(newer).
+      - For a clear that may run again after an interruption. What hypeman recorded after the first attempt is new
+        evidence and stays. The C(hypeman.vgpu.sr_iov_cycle) role passes the host's time read just before its
+        clear.
+    type: str
   warn_hypeman_running:
     description:
       - Warn when a hypeman process runs while this task changes the store (in check mode, would change it),
@@ -194,7 +203,8 @@ outcomes:
     - V(recorded) failure tallied below the threshold; V(quarantined) the VF is now quarantined;
       V(unchanged) nothing to do; V(cleared) failures or the record were removed without rescinding a
       quarantine; V(rescinded) a success removed the record and its quarantine;
-      V(skipped_not_owned) O(owned_only) kept a quarantine this collection does not own.
+      V(skipped_not_owned) O(owned_only) kept a quarantine this collection does not own;
+      V(kept_newer) O(recorded_before) kept a record with a later time.
   returned: always
   type: dict
   sample: {"0000:82:00.4": "recorded"}
@@ -203,6 +213,11 @@ cleared:
   returned: when O(state=succeeded)
   type: dict
   sample: {"0000:82:00.4": 2}
+newer:
+  description: Per VF kept by O(recorded_before), its latest time.
+  returned: always
+  type: dict
+  sample: {"0000:82:00.6": "2026-08-31T12:05:00.25Z"}
 not_owned:
   description: Per VF skipped by O(owned_only), why.
   returned: always
@@ -418,6 +433,29 @@ def make_backup(module, path):
     return name
 
 
+def recorded_before(params):
+    """O(recorded_before) as a GoTime, or None; VgpuError naming a bad value."""
+    text = params["recorded_before"]
+    if text is None:
+        return None
+    if params["state"] != "absent":
+        raise VgpuError("recorded_before is only used with state=absent, not state=%s" % params["state"])
+    try:
+        return _gotime.parse_rfc3339(text)
+    except ValueError as err:
+        raise VgpuError("recorded_before %r is not an RFC 3339 time like 2026-08-31T12:00:00.5Z: %s" % (text, err))
+
+
+def record_latest_time(record):
+    """The latest of a record's failure report times and quarantine time; None without a record or times."""
+    if record is None:
+        return None
+    times = [failure.reported_at for failure in record.failures]
+    if record.quarantined_at is not None:
+        times.append(record.quarantined_at)
+    return max(times) if times else None
+
+
 class StoreEdit(object):
     """One vf_health run: options resolved, then a store mutation."""
 
@@ -429,6 +467,7 @@ class StoreEdit(object):
         self.now = _gotime.utc_now()
         self.threshold, self.threshold_source = resolve_threshold(self.params["threshold"],
                                                                   self.params["config_path"])
+        self.recorded_before = recorded_before(self.params)
         self.ledger = _ledger.read_ledger(self.params["state_dir"])
         self.vfs, ledger_only = [], set()
         if self.state != "repaired":
@@ -464,7 +503,7 @@ class StoreEdit(object):
         # hypeman's load re-evaluation comes first and is persisted with the run
         # (idempotent: the next run finds nothing left to quarantine).
         reevaluated = store.reevaluate(self.threshold, self.now)
-        outcomes, cleared, skipped, previous = {}, {}, {}, {}
+        outcomes, cleared, skipped, previous, newer = {}, {}, {}, {}, {}
         for vf in self.vfs:
             previous[vf] = store.records.get(vf)
             if self.state == "failed":
@@ -477,7 +516,11 @@ class StoreEdit(object):
                 outcomes[vf] = store.quarantine(vf, self.now)
             else:
                 record = store.records.get(vf)
-                if (self.params["owned_only"] and record is not None and record.quarantined_at is not None
+                latest_time = record_latest_time(record)
+                if latest_time is not None and self.recorded_before is not None and latest_time > self.recorded_before:
+                    outcomes[vf] = "kept_newer"
+                    newer[vf] = _gotime.format_rfc3339nano(latest_time)
+                elif (self.params["owned_only"] and record is not None and record.quarantined_at is not None
                         and not _ledger.is_owned(latest.get(vf), record)):
                     outcomes[vf] = "skipped_not_owned"
                     entry = latest.get(vf)
@@ -487,7 +530,7 @@ class StoreEdit(object):
                 else:
                     outcomes[vf] = store.remove(vf)
         return {"outcomes": outcomes, "cleared": cleared, "skipped": skipped, "reevaluated": reevaluated,
-                "previous": previous}
+                "previous": previous, "newer": newer}
 
     def _repair(self, store):
         result = {"outcomes": {}, "cleared": {}, "skipped": {}, "reevaluated": [], "previous": {}}
@@ -624,6 +667,7 @@ class StoreEdit(object):
         output = dict(
             changed=update.changed,
             outcomes=result["outcomes"],
+            newer=result.get("newer", {}),
             not_owned=result["skipped"],
             reevaluated=result["reevaluated"] if update.changed else [],
             records=update.store.to_data() if update.store.valid else [],
@@ -671,6 +715,7 @@ def check_inputs(module):
             _pci.normalize_address(text)
     if has_parent:
         card_address(params)
+    recorded_before(params)
 
 
 def _body(module):
@@ -694,6 +739,7 @@ def main():
         requested_by=dict(type="str"),
         job_id=dict(type="str"),
         allow_absent=dict(type="bool", default=False),
+        recorded_before=dict(type="str"),
     ), mutually_exclusive=[("vf_addresses", "parent_gpu")],
         required_if=[("state", "failed", ("instance_id", "assigned_at")),
                      ("state", "succeeded", ("instance_id", "assigned_at"))])

@@ -9,7 +9,7 @@ import os
 
 import pytest
 
-from ansible_collections.hypeman.vgpu.plugins.module_utils import _ledger, _ledger_write, _proc, _store
+from ansible_collections.hypeman.vgpu.plugins.module_utils import _gotime, _ledger, _ledger_write, _proc, _store
 from ansible_collections.hypeman.vgpu.plugins.module_utils._errors import VgpuError
 from ansible_collections.hypeman.vgpu.plugins.modules import vf_health
 from ansible_collections.hypeman.vgpu.tests.sim.hosttree import HostTree
@@ -119,6 +119,11 @@ def write_config(host, text):
     (dict(state="failed", vf_addresses=["0000:82:00.4"]), "state is failed but all of the following are missing"),
     (dict(state="succeeded", vf_addresses=["0000:82:00.4"], instance_id="i"), "assigned_at"),
     (dict(state="quarantined", parent_gpu="0000:99:00.0"), "parent_gpu 0000:99:00.0: no VFs found"),
+    (dict(state="absent", parent_gpu=CARD, recorded_before="yesterday"),
+     "recorded_before 'yesterday' is not an RFC 3339 time like 2026-08-31T12:00:00.5Z"),
+    (dict(state="absent", parent_gpu=CARD, recorded_before="2026-08-31T12:00:00.5Z\n"), "is not an RFC 3339 time"),
+    (dict(state="quarantined", parent_gpu=CARD, recorded_before="2026-08-31T12:00:00Z"),
+     "recorded_before is only used with state=absent, not state=quarantined"),
 ])
 def test_bad_input_fails_and_changes_nothing(host, capsys, args, message):
     host.put(b'{"version":1,"records":[]}')
@@ -368,6 +373,63 @@ def test_absent_owned_only_skips_foreign_quarantines(host, capsys):
     assert (result["changed"], result["outcomes"]) == (False, {theirs: "skipped_not_owned"})
     result = host.run(capsys, state="absent", vf_addresses=[theirs], owned_only=False, reason="after cycle")
     assert result["outcomes"] == {theirs: "cleared"} and host.store().records == {}
+
+
+def test_recorded_before_keeps_what_was_recorded_after_it(host, capsys):
+    # A clear resumed after a kill: the drain's quarantines predate the cut, hypeman's new
+    # evidence (a failure, a quarantine) came after it and stays.
+    old, failed_after, quarantined_after, untouched = host.vfs
+    store = _store.HealthStore(host.path)
+    cut = _gotime.parse_rfc3339("2026-08-31T12:00:00Z")
+    store.quarantine(old, now=_gotime.parse_rfc3339("2026-08-31T11:00:00Z"))
+    store.report_failure(failed_after, "i-early", ASSIGNED, 5, now=_gotime.parse_rfc3339("2026-08-31T11:30:00Z"))
+    store.report_failure(failed_after, "i-late", ASSIGNED, 5, now=_gotime.parse_rfc3339("2026-08-31T12:00:00.000000001Z"))
+    store.quarantine(quarantined_after, now=_gotime.parse_rfc3339("2026-08-31T12:30:00Z"))
+    host.put(store.to_bytes())
+    args = dict(state="absent", parent_gpu=CARD, owned_only=False, threshold=5,
+                recorded_before="2026-08-31T14:00:00+02:00")
+    results = cycle(host, capsys, host.raw(), **args)
+    assert results[1]["outcomes"] == {old: "cleared", failed_after: "kept_newer", quarantined_after: "kept_newer",
+                                      untouched: "unchanged"}
+    assert results[1]["newer"] == {failed_after: "2026-08-31T12:00:00.000000001Z",
+                                   quarantined_after: "2026-08-31T12:30:00Z"}
+    assert sorted(host.store().records) == [failed_after, quarantined_after]
+    assert cut == _gotime.parse_rfc3339(args["recorded_before"])
+    assert [e["vf_address"] for e in host.ledger().entries if e["action"] == "clear"] == [old]
+
+
+def test_recorded_before_keeps_a_record_exactly_when_one_of_its_times_is_later(host, capsys):
+    from hypothesis import given, strategies as st
+
+    from ansible_collections.hypeman.vgpu.tests.unit.hostile import property_settings
+
+    base = 1788177600
+    offsets = st.integers(-3, 3)  # seconds around the cut
+
+    @property_settings(25)
+    @given(failures=st.lists(offsets, max_size=3), quarantine=st.one_of(st.none(), offsets),
+           nanos=st.integers(0, 999999999))
+    def check(failures, quarantine, nanos):
+        vf = host.vfs[0]
+        store = _store.HealthStore(host.path)
+        times = []
+        for index, offset in enumerate(failures):
+            when = _gotime.GoTime(base + offset, nanos)
+            times.append(when)
+            store.report_failure(vf, "i-%d" % index, ASSIGNED, 10, now=when)
+        if quarantine is not None or not failures:
+            when = _gotime.GoTime(base + (quarantine or 0), nanos)
+            times.append(when)
+            store.quarantine(vf, now=when)
+        host.put(store.to_bytes())
+        cut = _gotime.GoTime(base, 0)
+        result = host.run(capsys, state="absent", vf_addresses=[vf], owned_only=False,
+                          recorded_before=_gotime.format_rfc3339nano(cut))
+        kept = any(when > cut for when in times)
+        assert result["outcomes"] == {vf: "kept_newer" if kept else "cleared"}
+        assert (vf in host.store().records) is kept
+
+    check()
 
 
 def test_requarantined_by_someone_else_is_no_longer_owned(host, capsys):
