@@ -41,8 +41,9 @@ def api_request(method, base_url, path, token=None, validate_certs=True, timeout
 
     Returns ``{url, reachable, status, error, data}``: ``reachable`` is True
     when the server answered at all (even 401); ``error`` says what went wrong
-    in words an operator can act on. The token is sent as a bearer token and
-    never appears in a result.
+    in words an operator can act on. The token is sent as a bearer token to
+    ``url`` only and never appears in a result: a redirect (3xx) is not
+    followed but is an ``error`` naming its status and ``Location``.
 
     ``timeout`` bounds the whole request, not each socket read: a server that
     answers one byte at a time, or never ends its answer, is cut off after
@@ -111,7 +112,7 @@ def _request(result, method, url, token, validate_certs, timeout, ca_path, paylo
         headers["Content-Type"] = "application/json"
     try:
         response = open_url(url, method=method, headers=headers, validate_certs=validate_certs, data=payload,
-                            timeout=timeout, ca_path=ca_path, follow_redirects="safe")
+                            timeout=timeout, ca_path=ca_path, follow_redirects="none")
         result["status"] = response.getcode()
         result["reachable"] = True
         body = _read_body(response, what)
@@ -121,7 +122,16 @@ def _request(result, method, url, token, validate_certs, timeout, ca_path, paylo
     except HTTPError as err:
         result["reachable"] = True
         result["status"] = err.code
-        hint = {401: " (check api_token)", 403: " (the token is not allowed to %s this)" % ("read" if method == "GET" else "do")}.get(err.code, "")
+        if 300 <= err.code < 400:
+            # hypeman never redirects: following one would send the token elsewhere and take that
+            # host's answer for hypeman's.
+            location = err.headers.get("Location") if err.headers is not None else None
+            result["error"] = "%s: HTTP %d %s redirects to %s; hypeman's API never redirects (check api_url)" % (
+                what, err.code, err.reason,
+                "nowhere (no Location)" if location is None else json.dumps(location[:_ERROR_MESSAGE_SHOWN]))
+            return
+        hint = {401: " (check api_token)",
+                403: " (the token is not allowed to %s this)" % ("read" if method == "GET" else "do")}.get(err.code, "")
         detail = _error_detail(err, what)
         result["error"] = "%s: HTTP %d %s%s%s" % (what, err.code, err.reason, hint, detail)
         return

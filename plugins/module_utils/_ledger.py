@@ -13,7 +13,9 @@ Entry keys: ``time`` (UTC RFC 3339, nanoseconds), ``action`` (``quarantine``,
 ``reevaluation``, ``success``, ``repair``), ``vf_address``, ``parent_gpu``,
 ``quarantined_at`` (the exact value written to the store, or null),
 ``reason``, ``user``, ``job_id``, ``run_id``; ``settled_by`` (the run that
-recorded it for a killed run, see below).
+recorded it for a killed run, see below). Their values are text or null; a
+line with another type there, or a nested value in any key (an intent's
+``entries``, ``expect`` and ``absent`` apart), is a problem line.
 
 Write-ahead intents make ownership survive ``kill -9`` at any instant: before
 it replaces the store a run appends (and fsyncs) one ``intent`` line holding
@@ -216,7 +218,8 @@ def parse_ledger(path, data):
             problems.append({"line": number, "error": ("torn last line (an interrupted append; the next append "
                                                        "cuts it off): %s" if torn else "not JSON: %s") % err})
             continue
-        error = _surrogate_error(raw, entry) or _line_error(entry)
+        # Shape first: only a line of this collection's shape is flat enough to encode again.
+        error = _line_error(entry) or _surrogate_error(raw, entry)
         if error is None and entry["action"] in (INTENT, ABORT):
             error = _add_intent_line(entry, number, intents, by_run)
         if error:
@@ -261,6 +264,25 @@ def _add_intent_line(entry, number, intents, by_run):
     return None
 
 
+# The keys _ledger_write writes as text (or null); an intent's entries, expect and absent are checked apart.
+_TEXT_KEYS = ("time", "trigger", "vf_address", "parent_gpu", "quarantined_at", "reason", "user", "job_id", "run_id",
+              "settled_by", "before_sha256", "after_sha256")
+_STRUCTURED_KEYS = ("entries", "expect", "absent")
+
+
+def _value_error(entry, structured=()):
+    """Why a line's values are not what this collection writes: text or null in its text keys, a JSON
+    scalar in any other key (the writer nests nothing else; a nested value could not even be returned)."""
+    for key in _TEXT_KEYS:
+        if entry.get(key) is not None and not isinstance(entry[key], str):
+            return "%s is not a string" % key
+    for key, value in entry.items():
+        if key not in structured and isinstance(value, (dict, list)):
+            return "%s is a JSON %s; expected text, a number, true, false or null" % (
+                json.dumps(key)[:80], "object" if isinstance(value, dict) else "array")
+    return None
+
+
 def _line_error(entry):
     """Why a parsed line is not a valid entry, intent or abort line (None when it is)."""
     if not isinstance(entry, dict):
@@ -268,6 +290,9 @@ def _line_error(entry):
     if entry.get("action") in (INTENT, ABORT):
         if not isinstance(entry.get("run_id"), str) or not entry["run_id"]:
             return "%s without a run_id" % entry["action"]
+        error = _value_error(entry, _STRUCTURED_KEYS if entry["action"] == INTENT else ())
+        if error:
+            return "%s %s" % (entry["action"], error)
         if entry["action"] == ABORT:
             return None
         if not isinstance(entry.get("entries"), list) or not isinstance(entry.get("expect"), dict):
@@ -292,11 +317,15 @@ def _line_error(entry):
 def _entry_error(entry):
     if not isinstance(entry, dict):
         return "not a JSON object"
-    if entry.get("action") not in ACTIONS:
-        return "unknown action %r" % (entry.get("action"),)
-    for key in ("vf_address", "quarantined_at", "parent_gpu", "run_id"):
-        if entry.get(key) is not None and not isinstance(entry.get(key), str):
-            return "%s is not a string" % key
+    action = entry.get("action")
+    if action not in ACTIONS:
+        # Shown bounded: a line's action may be any JSON value, as long or as deep as the line.
+        return "unknown action %s" % (repr(action[:80]) if isinstance(action, str) else
+                                      "(a JSON %s)" % ("object" if isinstance(action, dict) else "array")
+                                      if isinstance(action, (dict, list)) else repr(action))
+    error = _value_error(entry)
+    if error:
+        return error
     if entry.get("quarantined_at") is not None:
         try:
             _gotime.parse_rfc3339(entry["quarantined_at"])

@@ -126,16 +126,23 @@ def _request(result, url, timeout, limit):
 
 
 def _parse_value(text, lineno):
-    lowered = text.lower()
-    if lowered in ("+inf", "inf"):
-        return math.inf
-    if lowered == "-inf":
-        return -math.inf
-    if lowered == "nan":
-        return math.nan
+    """A sample value as Go's ``strconv.ParseFloat`` reads it (expfmt refuses ``p``, ``P`` and ``_`` first).
+
+    Its specials, in any ASCII case: ``inf`` or ``infinity`` with an optional sign, ``nan`` without one.
+    A decimal beyond float64 is Go's range error, not infinity.
+    """
+    if text.isascii():  # str.lower() and re's IGNORECASE would also fold non-ASCII letters; Go does not
+        lowered = text.lower()
+        if (lowered[1:] if lowered[:1] in ("+", "-") else lowered) in ("inf", "infinity"):
+            return -math.inf if lowered.startswith("-") else math.inf
+        if lowered == "nan":
+            return math.nan
     if not _DECIMAL_RE.fullmatch(text):
         raise MetricsError("line %d: value %r is not a number" % (lineno, text[:40]))
-    return float(text)
+    value = float(text)
+    if math.isinf(value):
+        raise MetricsError("line %d: value %r is out of range for a float64" % (lineno, text[:40]))
+    return value
 
 
 def _parse_labels(text, lineno):
@@ -194,9 +201,36 @@ def parse(text, wanted=WANTED, max_series=MAX_SERIES):
     return families
 
 
-def _total(series):
-    values = [value for _labels, value in series if not math.isnan(value)]
-    return sum(values) if values else None
+def _shown_value(value):
+    return "+Inf" if value == math.inf else "-Inf" if value == -math.inf else repr(value)
+
+
+def _usable(value, count):
+    """Whether a sample value can be used: finite and not negative, and for a count a whole number.
+
+    hypeman's counters and these gauges count things; an infinite or negative value, or a fraction of
+    a check, is not hypeman's, and the audit and the coverage rules do integer arithmetic on them.
+    """
+    return _number(value) and value >= 0 and (not count or float(value).is_integer())
+
+
+def _total(name, series, count=True):
+    """The sum of a family's values over its labels (NaN ones skipped); raises MetricsError for an unusable one."""
+    values = []
+    for labels, value in series:
+        if math.isnan(value):
+            continue
+        if not _usable(value, count):
+            raise MetricsError("series %s%s has the value %s; expected a finite %s" % (
+                name, _shown_labels(labels), _shown_value(value),
+                "count (a whole number, 0 or more)" if count else "number, 0 or more"))
+        values.append(value)
+    if not values:
+        return None
+    total = sum(values)
+    if math.isinf(total):
+        raise MetricsError("the values of %s add up to more than a float64 holds" % name)
+    return total
 
 
 def sentinel_sample(families, taken_at=None):
@@ -205,27 +239,31 @@ def sentinel_sample(families, taken_at=None):
     ``checks`` maps each ``result`` to its count, summed over other labels
     (the OTel exporter adds ``otel_scope_*``); None when hypeman exports no
     check counter at all (a marker-era hypeman, or nothing polled yet).
+    Raises :class:`MetricsError` naming the series for a value that is not a
+    finite count (the uptime: a finite number), 0 or more; NaN is skipped.
     """
     checks = None
     if families.get(CHECKS):
-        checks = {}
+        by_result = {}
         for labels, value in families[CHECKS]:
-            if math.isnan(value):
-                continue
-            result = labels.get("result", "")
-            checks[result] = checks.get(result, 0.0) + value
+            by_result.setdefault(labels.get("result", ""), []).append((labels, value))
+        checks = {}
+        for result, series in by_result.items():
+            total = _total(CHECKS, series)
+            if total is not None:
+                checks[result] = total
     version = None
     for labels, _value in families.get(INFO) or []:
         version = labels.get("service_version") or labels.get("version") or version
     return {
         "taken_at": time.time() if taken_at is None else taken_at,
         "version": version,
-        "uptime_seconds": _total(families.get(UPTIME) or []),
+        "uptime_seconds": _total(UPTIME, families.get(UPTIME) or [], count=False),
         "checks": checks,
-        "init_failures": _total(families.get(INIT_FAILURES) or []),
-        "quarantines": _total(families.get(QUARANTINES) or []),
-        "quarantined_vfs": _total(families.get(QUARANTINED_VFS) or []),
-        "store_unavailable": _total(families.get(STORE_UNAVAILABLE) or []),
+        "init_failures": _total(INIT_FAILURES, families.get(INIT_FAILURES) or []),
+        "quarantines": _total(QUARANTINES, families.get(QUARANTINES) or []),
+        "quarantined_vfs": _total(QUARANTINED_VFS, families.get(QUARANTINED_VFS) or []),
+        "store_unavailable": _total(STORE_UNAVAILABLE, families.get(STORE_UNAVAILABLE) or []),
     }
 
 
@@ -238,11 +276,20 @@ def read_sentinel_metrics(url, timeout=10):
         families = parse(answer["text"])
     except MetricsError as err:
         return {"url": url, "error": "GET %s: not Prometheus metrics: %s" % (url, err), "sample": None}
-    return {"url": url, "error": None, "sample": sentinel_sample(families)}
+    try:
+        sample = sentinel_sample(families)
+    except MetricsError as err:
+        return {"url": url, "error": "GET %s: not hypeman's sentinel metrics: %s" % (url, err), "sample": None}
+    return {"url": url, "error": None, "sample": sample}
 
 
 def _number(value):
-    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+    if not isinstance(value, (int, float)) or isinstance(value, bool):
+        return False
+    try:
+        return math.isfinite(value)
+    except OverflowError:  # a JSON integer past float64 (a stored sample): none sentinel_sample gives
+        return False
 
 
 def valid_sample(sample):
@@ -250,11 +297,11 @@ def valid_sample(sample):
     if not isinstance(sample, dict) or not _number(sample.get("taken_at")):
         return False
     for key in ("uptime_seconds", "init_failures", "quarantines", "quarantined_vfs", "store_unavailable"):
-        if sample.get(key) is not None and not _number(sample[key]):
+        if sample.get(key) is not None and not _usable(sample[key], key != "uptime_seconds"):
             return False
     checks = sample.get("checks")
     if checks is not None and not (isinstance(checks, dict) and all(
-            isinstance(key, str) and _number(value) for key, value in checks.items())):
+            isinstance(key, str) and _usable(value, True) for key, value in checks.items())):
         return False
     return True
 

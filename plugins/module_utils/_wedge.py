@@ -77,9 +77,18 @@ def _utc_text(ns):
     return _gotime.format_utc_rfc3339nano(_gotime.from_unix_ns(ns)) if ns is not None else None
 
 
+def _usable_ns(ns):
+    """``ns``, or None when it does not render in UTC (a year outside 0..9999): a line without a usable time."""
+    try:
+        _utc_text(ns)
+    except ValueError:
+        return None
+    return ns
+
+
 def _rfc3339_ns(text):
     try:
-        return _gotime.to_unix_ns(_gotime.parse_rfc3339(text))
+        return _usable_ns(_gotime.to_unix_ns(_gotime.parse_rfc3339(text)))
     except (ValueError, TypeError, OverflowError):
         return None
 
@@ -112,7 +121,7 @@ def line_time(line, now_ns, boot_ns=None):
         return _syslog_ns(match, now_ns)
     match = _MONOTONIC.search(line[:64])
     if match and boot_ns is not None:
-        return boot_ns + int(match.group(1)) * 1000000000 + int(match.group(2).ljust(9, "0"))
+        return _usable_ns(boot_ns + int(match.group(1)) * 1000000000 + int(match.group(2).ljust(9, "0")))
     return None
 
 
@@ -238,7 +247,7 @@ def _journal_message(entry):
         stamp = int(stamp) * 1000 if isinstance(stamp, str) and stamp.isdigit() and len(stamp) < 20 else None
     except ValueError:
         stamp = None
-    return message, stamp
+    return message, _usable_ns(stamp)
 
 
 def find_journalctl():
@@ -404,7 +413,7 @@ def attribute(signals, instances, vf_parents, cleared_ns, sysfs_root, boot_id, b
     by_id = dict((inst["id"], inst) for inst in instances if inst.get("id"))
     per_vf, unattributed, superseded = {}, [], []
     for signal in signals:
-        stamp = signal["time_ns"]
+        stamp = _usable_ns(signal["time_ns"])
         vf, instance_id, why = None, signal.get("instance_id"), None
         if signal["reason"] == REASON_WEDGE_LOG:
             vf = _hypeman.device_path_vf(signal.get("device_path"), functools.partial(_sysfs.mdev_vf, sysfs_root))
