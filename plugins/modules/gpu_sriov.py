@@ -370,6 +370,7 @@ COMMAND_TIMEOUT = 600
 UNBIND_LOCK_RE = re.compile(r"cannot obtain unbindlock", re.IGNORECASE)
 # Bounds of the waiting options: every wait of a run must end.
 RETRIES_MAX = 100
+MAX_VFS = 0xFFFF  # sriov_totalvfs and sriov_numvfs are u16 in the kernel
 # Characters of each output stream kept for every run but the last in the result.
 EARLIER_RUN_OUTPUT = 8192
 DELAY_MAX = 3600
@@ -437,6 +438,14 @@ class SriovChange(object):
         if snap.totalvfs < 1:
             raise VgpuError("%s reports sriov_totalvfs=%d: SR-IOV is not available on it (is the vGPU host driver "
                             "loaded with SR-IOV enabled?)" % (address, snap.totalvfs), pci_address=address)
+        # The kernel's counts are 16-bit and numvfs never exceeds totalvfs: anything else is
+        # not a card's SR-IOV state, and acting on it could disable a card with VFs.
+        if snap.totalvfs > MAX_VFS:
+            raise VgpuError("%s reports sriov_totalvfs=%d: not a VF count (expected 1 to %d)"
+                            % (address, snap.totalvfs, MAX_VFS), pci_address=address)
+        if not 0 <= snap.numvfs <= snap.totalvfs:
+            raise VgpuError("%s reports sriov_numvfs=%d: not a VF count (expected 0 to its sriov_totalvfs, %d)"
+                            % (address, snap.numvfs, snap.totalvfs), pci_address=address)
 
     def _check_tool(self):
         path = self.params["sriov_manage"]

@@ -655,8 +655,9 @@ class HostTree(object):
         """Make a file unreadable even for root.
 
         ``eisdir`` replaces it with a directory, ``eloop`` with a symlink
-        loop, ``missing`` removes it, ``garbage`` fills it with bytes that are
-        not what the reader expects.
+        loop, ``dirlink`` with a symlink to a real directory beside it
+        (``<name>.real``), ``missing`` removes it, ``garbage`` fills it with
+        bytes that are not what the reader expects.
         """
         path = rel_path if os.path.isabs(rel_path) else os.path.join(self.root, rel_path)
         if os.path.lexists(path):
@@ -668,6 +669,9 @@ class HostTree(object):
             _mkdir(path)
         elif how == "eloop":
             os.symlink(os.path.basename(path), path)
+        elif how == "dirlink":
+            _mkdir(path + ".real")
+            os.symlink(os.path.basename(path) + ".real", path)
         elif how == "garbage":
             self._write(path, "\x00\xff garbage \x01\n")
         elif how != "missing":

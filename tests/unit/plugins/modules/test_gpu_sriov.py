@@ -598,6 +598,27 @@ def test_a_device_that_is_not_nvidia_or_not_sriov_is_refused(tmp_path, capsys):
     assert host.calls() == []
 
 
+@pytest.mark.parametrize("name, value, message", [
+    ("sriov_totalvfs", "4000000000", "reports sriov_totalvfs=4000000000: not a VF count (expected 1 to 65535)"),
+    ("sriov_totalvfs", "65536", "reports sriov_totalvfs=65536: not a VF count (expected 1 to 65535)"),
+    ("sriov_numvfs", "-1", "reports sriov_numvfs=-1: not a VF count (expected 0 to its sriov_totalvfs, 32)"),
+    ("sriov_numvfs", "33", "reports sriov_numvfs=33: not a VF count (expected 0 to its sriov_totalvfs, 32)"),
+])
+@pytest.mark.parametrize("state", ["enabled", "disabled", "cycled"])
+def test_a_vf_count_the_kernel_cannot_report_is_refused_before_anything_runs(tmp_path, capsys, name, value, message,
+                                                                              state):
+    # A huge totalvfs once built one address per VF (MemoryError, no result); a negative
+    # numvfs read as "the card has VFs" and ran sriov-manage -d.
+    host = Host(tmp_path, numvfs=0)
+    with open(host.tree.pci_path(CARD, name), "w") as handle:
+        handle.write(value + "\n")
+    before = host.fingerprint()
+    for check_mode in (True, False):
+        result = host.run(capsys, check_mode=check_mode, state=state)
+        assert result["failed"] is True and result["msg"] == "%s %s" % (CARD, message), result["msg"]
+    assert host.calls() == [] and host.fingerprint() == before
+
+
 def test_a_missing_sriov_manage_is_reported_even_in_check_mode(tmp_path, capsys):
     host = Host(tmp_path, numvfs=0)
     for check_mode in (True, False):
