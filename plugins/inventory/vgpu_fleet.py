@@ -67,6 +67,8 @@ options:
     description:
       - Seconds after which the report (or a cached live answer) is stale; see O(on_stale). Unset, any age is
         accepted (the age is in C(vgpu_report_age)).
+      - A report dated more than 300 seconds after this controller's clock is stale too, with or without
+        O(max_age), and never the newest of several.
     type: int
   on_stale:
     description: V(error) fails the inventory on a stale report, V(warn) builds it and warns.
@@ -100,7 +102,7 @@ options:
     type: bool
     default: true
   timeout:
-    description: Live mode; seconds for each host's whole answer.
+    description: Live mode; seconds for each host's whole answer (1 or more).
     type: int
     default: 10
   api_error:
@@ -112,13 +114,16 @@ options:
     choices: [fail, host]
     default: fail
   workers:
-    description: Live mode; how many hosts are asked at once.
+    description: Live mode; how many hosts are asked at once (1 or more).
     type: int
     default: 8
 notes:
   - The report must be one this collection wrote (schema 1); every field the plugin uses is checked, and a bad
     one fails the inventory with the file and the field named.
   - The API token is sent only as a bearer token; errors name the host and URL, never the token.
+  - A host name that is also a group name (C(all), C(ungrouped), one of the groups above, or a group of the
+    inventory or of O(groups)/O(keyed_groups)) fails the inventory naming the host; Ansible would take it for
+    the group.
   - With O(cache=true) the documents (report entries, API answers) are cached, not the groups, so
     O(compose), O(groups) and the ages are computed each time.
   - What each issue code and card state means is in the collection's C(docs/audit-report.md); the plugin's
@@ -180,6 +185,11 @@ from ansible.template import trust_as_template
 REPORT_NAME = "fleet-audit.json"
 _TOKEN_LIMIT = 65536
 _HOST_KEYS = ("api_url", "api_token_file", "api_token_env")
+_HOST_KEY_WORDS = {"api_url": "hypeman's API base URL", "api_token_file": "the path of a file holding the token",
+                   "api_token_env": "the name of an environment variable holding the token"}
+# Seconds a report's own time may be ahead of this controller's clock (clocks a little apart); beyond it
+# the time is wrong (a bad clock, a copied or forged file) and the report is stale.
+CLOCK_SKEW = 300
 
 
 class InventoryModule(BaseInventoryPlugin, Constructable, Cacheable):
@@ -217,6 +227,13 @@ class InventoryModule(BaseInventoryPlugin, Constructable, Cacheable):
     def _fail(self, what):
         raise AnsibleParserError("%s (inventory source %s)" % (what, self._config_path))
 
+    def _count_option(self, name, minimum, what="seconds"):
+        """An int option (None when unset), refused below ``minimum``."""
+        value = self.get_option(name)
+        if value is not None and value < minimum:
+            self._fail("option %s is %d; expected %s, %d or more" % (name, value, what, minimum))
+        return value
+
     def _checked_cached(self, state):
         """A cached state, checked like a file (a cache is a file too); None to read the source again."""
         try:
@@ -229,7 +246,8 @@ class InventoryModule(BaseInventoryPlugin, Constructable, Cacheable):
             return None
         origins = state.get("origins") if isinstance(state.get("origins"), dict) else {}
         checked.update(source=state["source"], kind=state.get("kind"), complete=bool(state.get("complete")),
-                       origins=dict((k, v) for k, v in origins.items() if isinstance(v, str)))
+                       origins=dict((k, v) for k, v in origins.items() if isinstance(v, str)),
+                       path=state.get("path") if isinstance(state.get("path"), str) else None)
         return checked
 
     def _read_report(self):
@@ -237,17 +255,24 @@ class InventoryModule(BaseInventoryPlugin, Constructable, Cacheable):
         if not paths:
             self._fail("option report is not set; expected the path of fleet-audit.json (or a directory holding "
                        "it, or an AWX job artifact file) with source: report")
-        newest = None
-        for path in paths:
-            state = self._read_one(path)
-            if newest is None or (_fleet.parse_time(state["time"]) or 0) > (_fleet.parse_time(newest["time"]) or 0):
-                newest = state
+        states, now = [self._read_one(path) for path in paths], time.time()
+
+        def rank(state):
+            when = _fleet.parse_time(state["time"]) or 0
+            # A time from the future proves nothing about being new: such a report ranks below every other.
+            return (0, -when) if when > now + CLOCK_SKEW else (1, when)
+
+        newest = max(states, key=rank)  # the first of equals, in the order given
+        for state in states:
+            if state is not newest and rank(state)[0] == 0:
+                self.display.warning("vgpu_fleet: %s; using%s instead" % (_future_words(state, now),
+                                                                            _path_words(newest)))
         return newest
 
     def _read_one(self, path):
         if os.path.isdir(path):
             path = os.path.join(path, REPORT_NAME)
-        limit = self.get_option("max_report_size")
+        limit = self._count_option("max_report_size", 1, "a size in bytes")
         try:
             fd, stat_result = _fileio.open_regular(path)
             try:
@@ -269,6 +294,7 @@ class InventoryModule(BaseInventoryPlugin, Constructable, Cacheable):
             # Without a time of its own (a bare artifact object): the file's modification time.
             state["time"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(stat_result.st_mtime))
         state["origins"] = dict((entry["host"], path) for entry in state["entries"])
+        state["path"] = path
         return state
 
     def _live_hosts(self):
@@ -290,6 +316,10 @@ class InventoryModule(BaseInventoryPlugin, Constructable, Cacheable):
                 self._fail("option hosts.%s is %r; expected a mapping with some of %s (or null)" % (
                     name, sorted(settings) if isinstance(settings, dict) else type(settings).__name__,
                     ", ".join(_HOST_KEYS)))
+            for key, value in settings.items():
+                if value is not None and not (isinstance(value, str) and value):
+                    self._fail("option hosts.%s.%s is %s; expected %s (a string)" % (
+                        name, key, _described(value), _HOST_KEY_WORDS[key]))
             found.append((name, settings))
         return found
 
@@ -327,13 +357,14 @@ class InventoryModule(BaseInventoryPlugin, Constructable, Cacheable):
                 self._fail("api_url for host %s is %r; expected an http:// or https:// URL of hypeman's API" % (
                     name, url))
             targets.append((name, url, self._token(name, settings)))
-        timeout, validate = self.get_option("timeout"), self.get_option("validate_certs")
+        timeout, validate = self._count_option("timeout", 1), self.get_option("validate_certs")
+        workers = self._count_option("workers", 1, "a number of hosts")
         checked_at = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
 
         def ask(target):
             return _api.resources_check(None, target[1], target[2], validate, timeout)
 
-        with ThreadPoolExecutor(max_workers=max(1, min(self.get_option("workers"), len(targets)))) as pool:
+        with ThreadPoolExecutor(max_workers=min(workers, len(targets))) as pool:
             answers = list(pool.map(ask, targets))
         entries = []
         for (name, url, _token), section in zip(targets, answers):
@@ -353,23 +384,39 @@ class InventoryModule(BaseInventoryPlugin, Constructable, Cacheable):
     # --- the inventory --------------------------------------------------------------------------
 
     def _check_age(self, state):
-        max_age = self.get_option("max_age")
-        if max_age is None:
+        max_age = self._count_option("max_age", 0)
+        when, now = _fleet.parse_time(state["time"]), time.time()
+        if when is not None and when > now + CLOCK_SKEW:
+            what = _future_words(state, now)
+        elif max_age is None:
             return
-        when = _fleet.parse_time(state["time"])
-        age = None if when is None else time.time() - when
-        if age is not None and age <= max_age:
-            return
-        what = "the fleet %s from %s is %s; expected at most max_age=%d seconds" % (
-            "state" if state["source"] == "live" else "report", state["time"] or "an unknown time",
-            "of unknown age" if age is None else "%d seconds old" % age, max_age)
+        else:
+            age = None if when is None else now - when
+            if age is not None and age <= max_age:
+                return
+            what = "the fleet %s from %s is %s; expected at most max_age=%d seconds" % (
+                "state" if state["source"] == "live" else "report%s" % _path_words(state),
+                state["time"] or "an unknown time", "of unknown age" if age is None else "%d seconds old" % age,
+                max_age)
         if self.get_option("on_stale") == "error":
             self._fail(what + " (run the audit again, or set on_stale: warn)")
         self.display.warning("vgpu_fleet: " + what)
 
+    def _group_clash(self, state, index, host):
+        """Fail for a host whose name is also a group (Ansible would take it for the group)."""
+        if host in self.inventory.groups:
+            self._fail("the fleet %s%s names host %r%s, which is also a group of the inventory; expected a host "
+                       "name that is no group name (Ansible takes such a name for the group and would put the "
+                       "group's hosts where this host belongs)" % (
+                           "state" if state["source"] == "live" else "report", _path_words(state), host,
+                           " (hosts[%d].host)" % index if state["source"] == "report" else ""))
+
     def _populate(self, state):
         now = time.time()
         strict = self.get_option("strict")
+        # Every name is checked before the inventory changes: a failed source leaves no half of itself.
+        for index, entry in enumerate(state["entries"]):
+            self._group_clash(state, index, entry["host"])
         for group in _fleet.GROUPS:
             self.inventory.add_group(group)
         origins = state.get("origins") or {}
@@ -380,11 +427,37 @@ class InventoryModule(BaseInventoryPlugin, Constructable, Cacheable):
             for key, value in variables.items():
                 self.inventory.set_variable(host, key, value)
             for group in variables["vgpu_groups"]:
-                self.inventory.add_child(group, host)
+                self.inventory.add_host(host, group=group)  # as a host, never taken for a group
+        for index, entry in enumerate(state["entries"]):
+            host = entry["host"]
+            # groups/keyed_groups may have made a group of this host's name (constructed adds by add_child).
+            self._group_clash(state, index, host)
             host_vars = self.inventory.get_host(host).get_vars()
             self._set_composite_vars(self.get_option("compose"), host_vars, host, strict=strict)
             self._add_host_to_composed_groups(self.get_option("groups"), host_vars, host, strict=strict)
             self._add_host_to_keyed_groups(self.get_option("keyed_groups"), host_vars, host, strict=strict)
+        for index, entry in enumerate(state["entries"]):
+            self._group_clash(state, index, entry["host"])
+
+
+def _described(value):
+    """A value from the configuration in words: its kind and (shortened) value."""
+    for kind, words in ((bool, "a boolean"), ((int, float), "a number"), (str, "a string"), (dict, "a mapping"),
+                        (list, "a list")):
+        if isinstance(value, kind):
+            return "%s (%s)" % (words, repr(value)[:80])
+    return type(value).__name__
+
+
+def _path_words(state):
+    return " %s" % state["path"] if state.get("path") else ""
+
+
+def _future_words(state, now):
+    """Why a report dated after this controller's clock (beyond CLOCK_SKEW) is stale."""
+    return ("the fleet report%s is dated %s, %d seconds after this controller's clock; expected a time no later "
+            "than now (%d seconds of clock skew allowed): check the clocks, or whether the file was copied or "
+            "forged" % (_path_words(state), state["time"], _fleet.parse_time(state["time"]) - now, CLOCK_SKEW))
 
 
 def _report_json(data):

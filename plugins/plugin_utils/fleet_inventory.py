@@ -43,6 +43,9 @@ ARTIFACT_KEYS = ("hypeman_vgpu_audit", "hypeman_vgpu_reconcile")
 # Live mode only: hypeman counts quarantined slots, but which cards they are on only the audit can tell.
 LIVE_QUARANTINED = "quarantined_slots"
 _HOST_RE = re.compile(r"^[^\s,\x00-\x1f\x7f]{1,253}$")
+# Ansible takes a name that is also a group for the group (add_child, patterns, --limit): a host named
+# like one would put the group's hosts where the host belongs.
+RESERVED_NAMES = frozenset(GROUPS + ("all", "ungrouped"))
 _MAX_TEXT = 4096
 
 
@@ -86,6 +89,9 @@ def host_name(where, value):
     if not _HOST_RE.match(value):
         raise FleetInputError("%s is %r; expected a host name (1 to 253 characters, no spaces, commas or control "
                               "characters)" % (where, value[:80]))
+    if value in RESERVED_NAMES:
+        raise FleetInputError("%s is %r, a group name; expected a host name that is not all, ungrouped or one of "
+                              "the groups the inventory makes (%s)" % (where, value, ", ".join(GROUPS)))
     return value
 
 

@@ -186,6 +186,7 @@ class Observation(object):
         self.instant = []
         self.read = set()
         self.updates = {}  # host state to keep once the poll's events are out
+        self.after_fired = {}  # key -> host state to keep once that condition's event is out (or baselined)
 
     def add(self, key, kind, source, reason, evidence, card=None, vf=None):
         # One condition seen by several sources (an unloadable store): the first reader's words, the
@@ -255,12 +256,22 @@ def _read_api(host, timeout, seen, state):
     if isinstance(slots, int) and not isinstance(slots, bool) and slots >= 0:
         seen.updates["used_slots"] = gpu.get("used_slots") if isinstance(gpu.get("used_slots"), int) else None
         high = state.get("quarantined_slots")
-        if host.get("store_path") is None and isinstance(high, int) and slots > high:
-            seen.add("vf_quarantined|api|%d" % slots, "vf_quarantined", "api",
-                     "hypeman reports %d quarantined VF slot(s), up from %d (the VF and card are not in "
-                     "/resources: read the store on the host)" % (slots, high),
+        high = high if isinstance(high, int) else None
+        # At the first read of the API the count is a condition too (until it is out of debounce): decide()
+        # makes it the baseline, or fires it with fire_existing (a lost cursor).
+        first = high is None and ("api" not in (state.get("baselined") or ()) or any(
+            key.startswith("vf_quarantined|api|") for key in state.get("pending") or ()))
+        if host.get("store_path") is None and slots > (high or 0) and (first or high is not None):
+            key = "vf_quarantined|api|%d" % slots
+            seen.add(key, "vf_quarantined", "api",
+                     "hypeman reports %d quarantined VF slot(s), %s (the VF and card are not in "
+                     "/resources: read the store on the host)" % (
+                         slots, "at the first read" if high is None else "up from %d" % high),
                      {"url": answer["url"], "quarantined_slots": slots, "previous": high})
-        if not isinstance(high, int) or slots < high or "vf_quarantined|api|%d" % slots not in seen.conditions:
+            # The mark stays while the rise is debounced (each poll sees it again) and moves once its
+            # event is out: a later fall and rise back is then a new quarantine, a fall alone is none.
+            seen.after_fired[key] = {"quarantined_slots": slots}
+        else:
             seen.updates["quarantined_slots"] = slots
 
 
@@ -269,8 +280,17 @@ def _read_metrics(host, timeout, seen, state):
     if answer["error"]:
         seen.add("source_error|metrics", "source_error", "metrics", answer["error"], {"url": host["metrics_url"]})
         return
-    seen.read.add("metrics")
     sample = answer["sample"]
+    if not _metrics.valid_sample(sample):
+        # An infinite or NaN value (legal Prometheus text) has no growth to compare and cannot be kept in
+        # the JSON cursor: this sample is an error, the previous one stays the baseline.
+        bad = sorted("%s=%r" % (name, value) for name, value in _numbers(sample)
+                     if isinstance(value, float) and not math.isfinite(value))
+        seen.add("source_error|metrics", "source_error", "metrics",
+                 "GET %s: the sample has %s; expected finite numbers" % (
+                     host["metrics_url"], ", ".join(bad[:8]) or "no usable numbers"), {"url": host["metrics_url"]})
+        return
+    seen.read.add("metrics")
     seen.updates["metrics"] = sample
     previous = state.get("metrics")
     if sample["store_unavailable"]:
@@ -297,6 +317,16 @@ def _read_metrics(host, timeout, seen, state):
                 "vf_failure_below_threshold|metrics|%s" % sample["taken_at"]))
 
 
+def _numbers(sample):
+    """``(name, value)`` of every value of a sample, ``checks`` as ``checks.<result>``."""
+    for name, value in (sample.items() if isinstance(sample, dict) else ()):
+        if isinstance(value, dict):
+            for result, count in value.items():
+                yield "%s.%s" % (name, result), count
+        else:
+            yield name, value
+
+
 def observe_host(host, settings, state):
     """One poll of one host (blocking; every read is bounded by ``timeout``). Never raises."""
     seen = Observation(host["name"])
@@ -319,45 +349,69 @@ def observe_host(host, settings, state):
 
 # --- the cursor: what was seen and fired, per host -----------------------------------------------------
 
-def _valid_host_state(value):
+def _host_state_problem(value):
+    """Why one host's cursor entry is not usable, or None."""
     if not isinstance(value, dict):
-        return False
+        return "it is not an object"
     for table in ("fired", "pending"):
         entries = value.get(table, {})
         if not isinstance(entries, dict) or len(entries) > MAX_KEYS_PER_HOST or not all(
-                isinstance(k, str) and isinstance(v, (int, float)) and not isinstance(v, bool)
-                for k, v in entries.items()):
-            return False
+                isinstance(k, str) and isinstance(v, (int, float)) and not isinstance(v, bool) and abs(v) < 1e12
+                for k, v in entries.items()):  # abs: also refuses NaN, infinities and ints no float can hold
+            return "%s is not a table of at most %d keys to times" % (table, MAX_KEYS_PER_HOST)
     baselined = value.get("baselined", [])
     if not isinstance(baselined, list) or not all(isinstance(item, str) for item in baselined):
-        return False
+        return "baselined is not a list of sources"
     for key in ("quarantined_slots", "used_slots"):
         if value.get(key) is not None and (not isinstance(value[key], int) or isinstance(value[key], bool)):
-            return False
-    return value.get("metrics") is None or _metrics.valid_sample(value["metrics"])
+            return "%s is not a count" % key
+    try:
+        sample_ok = value.get("metrics") is None or _metrics.valid_sample(value["metrics"])
+    except OverflowError:  # an int too large for a float
+        sample_ok = False
+    if not sample_ok:
+        return "metrics is not a sentinel sample of finite numbers"
+    try:
+        json.dumps(value, allow_nan=False)  # kept, it must be written back (save_state)
+    except ValueError:
+        return "it holds a number that is not finite"
+    return None
 
 
 def load_state(path):
-    """``(hosts, problem)``: the cursor's per-host state, and why it was not usable (None: fine or missing)."""
+    """``(hosts, problem, dropped)``: the cursor's per-host state (None: none usable), why it was not (all)
+    usable (None: fine or missing), and host -> why, for the hosts whose entry was dropped (an entry that
+    does not check out costs only its host)."""
     try:
         data = _fileio.read_bytes(path, STATE_LIMIT, follow=False)
     except OSError as err:
         if err.errno == errno.ENOENT and not isinstance(err, _fileio.HostFileError):
-            return None, None
-        return None, "cannot read the cursor %s: %s" % (path, err.strerror or err)
+            return None, None, {}
+        return None, "cannot read the cursor %s: %s" % (path, err.strerror or err), {}
     try:
         state = json.loads(data.decode("utf-8"))
     except (UnicodeDecodeError, ValueError, RecursionError) as err:
-        return None, "the cursor %s is not JSON: %s" % (path, err)
-    if not (isinstance(state, dict) and state.get("version") == STATE_VERSION and isinstance(state.get("hosts"), dict)
-            and all(_valid_host_state(value) for value in state["hosts"].values())):
-        return None, "the cursor %s is not a vf_quarantine cursor (version %d)" % (path, STATE_VERSION)
-    return state["hosts"], None
+        return None, "the cursor %s is not JSON: %s" % (path, err), {}
+    if not (isinstance(state, dict) and state.get("version") == STATE_VERSION and isinstance(state.get("hosts"), dict)):
+        return None, "the cursor %s is not a vf_quarantine cursor (version %d)" % (path, STATE_VERSION), {}
+    hosts, dropped = {}, {}
+    for name, value in state["hosts"].items():
+        problem = _host_state_problem(value)
+        if problem is None:
+            hosts[name] = value
+        else:
+            dropped[name] = problem
+    if not dropped:
+        return hosts, None, {}
+    return hosts, "the cursor %s has an unusable entry for host(s) %s" % (
+        path, "; ".join("%s (%s)" % (name[:255], dropped[name]) for name in sorted(dropped)[:10])), dropped
 
 
 def save_state(path, hosts):
     """Replace the cursor durably (tmp file, fsync, rename, fsync of the directory)."""
-    data = json.dumps({"version": STATE_VERSION, "hosts": hosts}, sort_keys=True, separators=(",", ":")).encode()
+    # allow_nan=False: a non-finite number would write Infinity, which no JSON reader (nor load_state) takes.
+    data = json.dumps({"version": STATE_VERSION, "hosts": hosts}, sort_keys=True, separators=(",", ":"),
+                      allow_nan=False).encode()
     directory, name = os.path.split(path)
     dir_fd = _safedir.open_dir(directory, mode=0o700)
     try:
@@ -429,6 +483,9 @@ def decide(seen, host_state, now, debounce, fire_existing):
             del table[key]
     host_state["baselined"] = sorted(baselined | seen.read)
     host_state.update(seen.updates)
+    for key, updates in seen.after_fired.items():
+        if key in fired:
+            host_state.update(updates)
     return events
 
 
@@ -463,7 +520,8 @@ async def poll_once(settings, hosts_state):
                 seen.add("source_error|poll", "source_error", "poll",
                          "host %s: no complete poll within %s seconds" % (name, round(loop.time() - started, 1)), {})
         state = hosts_state.setdefault(name, {})
-        return decide(seen, state, _now(), settings["debounce"], settings["fire_existing"])
+        return decide(seen, state, _now(), settings["debounce"],
+                      settings["fire_existing"] or name in settings.get("refire", ()))
 
     results = await asyncio.gather(*(one(host) for host in settings["hosts"]))
     return [event for events in results for event in events]
@@ -477,14 +535,24 @@ async def main(queue, args):
                                                      thread_name_prefix="vf_quarantine")
     settings["executor"] = executor
     try:
-        hosts_state, problem = load_state(settings["state_path"])
-        if problem:
+        hosts_state, problem, dropped = load_state(settings["state_path"])
+        if problem and hosts_state is None:
             # Losing a quarantine is worse than a repeated one: start without a baseline, so every current
             # condition fires (recover_gpu.yml is safe to run again: its preflight and breaker decide).
             LOGGER.error("vf_quarantine: %s; starting afresh and firing every current condition", problem)
             await queue.put({EVENT_KEY: _body(None, "source_error", "state", problem,
                                               {"state_path": settings["state_path"]}, None, None, "source_error|state")})
             settings["fire_existing"] = True
+        elif problem:
+            # The same, for the hosts whose entry did not check out only.
+            LOGGER.error("vf_quarantine: %s; starting those hosts afresh and firing their current conditions",
+                         problem)
+            settings["refire"] = set(dropped)
+            for name in [host["name"] for host in settings["hosts"] if host["name"] in dropped]:
+                await queue.put({EVENT_KEY: _body(
+                    name, "source_error", "state", "the cursor %s has an unusable entry for host %s (%s); the host "
+                    "starts afresh: its current conditions fire again" % (settings["state_path"], name, dropped[name]),
+                    {"state_path": settings["state_path"]}, None, None, "source_error|state")})
         hosts_state = dict(hosts_state or {})
         polls = 0
         while True:
@@ -496,7 +564,8 @@ async def main(queue, args):
                 names = set(host["name"] for host in settings["hosts"])
                 hosts_state = dict((name, value) for name, value in hosts_state.items() if name in names)
                 await asyncio.to_thread(save_state, settings["state_path"], hosts_state)
-            except OSError as err:
+            except (OSError, ValueError) as err:
+                # The events are out; the next write (or a restart from the older cursor) repeats, never loses.
                 LOGGER.error("vf_quarantine: cannot write the cursor %s: %s", settings["state_path"], err)
             polls += 1
             if settings["max_polls"] is not None and polls >= settings["max_polls"]:

@@ -435,9 +435,11 @@ def test_any_cursor_content_is_used_or_refused_never_an_exception(content):
     with tempfile.TemporaryDirectory() as root:
         path = os.path.join(root, "cursor.json")
         replace_with(path, "file", content)
-        hosts, problem = plugin.load_state(path)
-        assert (hosts is None) == (problem is not None)
+        hosts, problem, dropped = plugin.load_state(path)
+        # Refused whole (no hosts), or each host's entry used or dropped, named.
+        assert (problem is not None) == (hosts is None or bool(dropped))
         if hosts is not None:  # a usable cursor: a poll with it works
+            json.dumps(hosts, allow_nan=False)  # what is kept can be written back
             for name, state in hosts.items():
                 seen = plugin.Observation(name)
                 _check(plugin.decide(seen, state, 1.0, 0, False))
@@ -452,3 +454,144 @@ def test_any_arguments_are_accepted_or_named(args):
         plugin.parse_args(args)
     except plugin.SourceArgumentError as err:
         assert str(err).startswith("vf_quarantine: ")
+
+
+# --- the API's high-water mark and non-finite metrics (red-team repros) ---------------------------------
+
+
+def _slot_events(plugin, tmp_path, counts, **extra):
+    """The quarantined_slots of the vf_quarantined events for /resources answering ``counts`` poll by poll."""
+    routes = {"/resources": (200, _resources(counts[0]))}
+
+    def answer(count):
+        def step():
+            routes["/resources"] = (200, _resources(count))
+        return step
+
+    with ApiStub(routes) as stub:
+        args = api_args(tmp_path, stub, **extra)
+        args["hosts"][0].pop("metrics_url")
+        events = run(plugin, args, [answer(count) for count in counts], clock_step=30)
+    assert set(e["kind"] for e in events) <= {"vf_quarantined"}, events
+    return [e["evidence"]["quarantined_slots"] for e in events]
+
+
+def test_quarantined_slots_fire_once_per_rise_and_never_for_a_fall(plugin, tmp_path):
+    # 0 -> 2 -> 2 -> 3 -> 2: two rises; the fall back to 2 is no new quarantine.
+    assert _slot_events(plugin, tmp_path / "a", [0, 2, 2, 3, 2]) == [2, 3]
+    # A fall below a fired rise: the mark follows it, a later rise fires.
+    assert _slot_events(plugin, tmp_path / "b", [0, 2, 1, 1, 2]) == [2, 2]
+    # Debounced: the rise fires once it has lasted 60 s (the mark holds meanwhile); a flap fires nothing.
+    assert _slot_events(plugin, tmp_path / "c", [0, 2, 2, 2, 2], debounce=60) == [2]
+    assert _slot_events(plugin, tmp_path / "d", [0, 2, 0, 0], debounce=60) == []
+    # Counted at the first read: a baseline, unless fire_existing.
+    assert _slot_events(plugin, tmp_path / "e", [3, 3, 4]) == [4]
+    assert _slot_events(plugin, tmp_path / "f", [3, 3, 4], fire_existing=True) == [3, 4]
+
+
+@property_settings(15)
+@given(counts=st.lists(st.integers(0, 4), min_size=2, max_size=6))
+def test_quarantined_slots_events_are_exactly_the_rises_property(counts):
+    """Any sequence of counts (no debounce): one event per rise from one poll to the next, none else."""
+    plugin = SOURCE
+    expected = [new for old, new in zip(counts, counts[1:]) if new > old]
+    routes = {"/resources": (200, _resources(counts[0]))}
+    with ApiStub(routes) as stub:
+        settings = plugin.parse_args({"hosts": [{"name": "h", "api_url": stub.url}], "timeout": 5, "debounce": 0})
+        state, found = {}, []
+        for count in counts:
+            routes["/resources"] = (200, _resources(count))
+            with hang_detector(30, "observe_host"):
+                seen = plugin.observe_host(settings["hosts"][0], settings, state)
+            found.extend(e["evidence"]["quarantined_slots"] for e in plugin.decide(seen, state, 1.0, 0, False))
+    assert found == expected
+
+
+def _strict_json(data):
+    def refuse(constant):
+        raise ValueError("%s in the cursor" % constant)
+    return json.loads(data, parse_constant=refuse)
+
+
+@pytest.mark.parametrize("field, value", [("uptime_seconds", float("inf")), ("checks", {"ok": float("-inf")}),
+                                          ("quarantines", float("nan")), ("taken_at", float("inf"))])
+def test_a_non_finite_metric_is_an_error_of_its_host_and_the_cursor_survives(plugin, tmp_path, monkeypatch, field,
+                                                                             value):
+    """A sample with a number that is not finite, whatever _metrics lets through: a source_error of that
+    host, its previous sample kept, a cursor every reader takes, and a restart fires nothing again."""
+    host = FakeHost(str(tmp_path / "h"))
+    host.write(QUARANTINED)
+    routes = {"/metrics": (200, _metrics_text({"ok": 10}))}
+    real_read, poisoned = plugin._metrics.read_sentinel_metrics, {"on": False}
+
+    def read(url, timeout=10):
+        answer = real_read(url, timeout)
+        if poisoned["on"]:
+            answer["sample"][field] = value
+        return answer
+
+    monkeypatch.setattr(plugin._metrics, "read_sentinel_metrics", read)
+    state_path = tmp_path / "cursor.json"
+    with ApiStub(routes) as stub:
+        args = {"hosts": [{"name": "gpu-07", "store_path": host.store, "sysfs_root": host.sysfs},
+                          {"name": "gpu-08", "metrics_url": stub.url + "/metrics"}],
+                "state_path": str(state_path), "debounce": 0, "timeout": 5, "fire_existing": True}
+        first = run(plugin, args, [nothing, lambda: poisoned.update(on=True)])
+        kept = _strict_json(state_path.read_text())["hosts"]["gpu-08"]["metrics"]
+        second = run(plugin, dict(args, fire_existing=False), [nothing])  # a restart, nothing changed
+    assert [(e["kind"], e["host"]) for e in first] == [("vf_quarantined", "gpu-07"), ("source_error", "gpu-08")]
+    assert "has %s" % field in first[1]["reason"] and "expected finite numbers" in first[1]["reason"]
+    assert kept["uptime_seconds"] == 100.0 and kept["checks"] == {"ok": 10.0}  # the sample before the bad one
+    assert second == []
+
+
+@pytest.mark.parametrize("value", ["+Inf", "-Inf"])
+def test_an_infinite_metric_from_hypeman_leaves_a_cursor_that_restarts_clean(plugin, tmp_path, value):
+    """The red-team repro end to end: hypeman_uptime_seconds +Inf (legal Prometheus text) on one host."""
+    host = FakeHost(str(tmp_path / "h"))
+    host.write(QUARANTINED)
+    text = _metrics_text({"ok": 10}).replace('otel_scope_version=""} 100.0', 'otel_scope_version=""} %s' % value)
+    assert value in text
+    with ApiStub({"/metrics": (200, text)}) as stub:
+        args = {"hosts": [{"name": "gpu-07", "store_path": host.store, "sysfs_root": host.sysfs},
+                          {"name": "gpu-08", "metrics_url": stub.url + "/metrics"}],
+                "state_path": str(tmp_path / "cursor.json"), "debounce": 0, "timeout": 5, "fire_existing": True}
+        first = run(plugin, args, [nothing])
+        _strict_json((tmp_path / "cursor.json").read_text())
+        second = run(plugin, dict(args, fire_existing=False), [nothing])
+    assert sorted((e["kind"], e["host"]) for e in first) == [("source_error", "gpu-08"), ("vf_quarantined", "gpu-07")]
+    assert "inf" in first[0]["reason"].lower() or "inf" in first[1]["reason"].lower()
+    assert second == []
+
+
+def test_an_unusable_cursor_entry_costs_only_its_host(plugin, tmp_path):
+    """A cursor an older version wrote (Infinity in one host's sample): that host starts afresh and
+    fires again, the other host's quarantine does not."""
+    store_host = FakeHost(str(tmp_path / "h"))
+    store_host.write(QUARANTINED)
+    other = FakeHost(str(tmp_path / "h2"))
+    other.write(QUARANTINED)
+    args = {"hosts": [{"name": "gpu-07", "store_path": store_host.store, "sysfs_root": store_host.sysfs},
+                      {"name": "gpu-09", "store_path": other.store, "sysfs_root": other.sysfs}],
+            "state_path": str(tmp_path / "cursor.json"), "debounce": 0, "fire_existing": True}
+    assert len(run(plugin, args, [nothing])) == 2
+    cursor = json.loads((tmp_path / "cursor.json").read_text())
+    cursor["hosts"]["gpu-09"]["metrics"] = {"taken_at": float("inf")}
+    (tmp_path / "cursor.json").write_text(json.dumps(cursor))  # writes Infinity, as the old cursor did
+    events = run(plugin, dict(args, fire_existing=False), [nothing, nothing])
+    assert [(e["kind"], e["host"], e["source"]) for e in events] == [
+        ("source_error", "gpu-09", "state"), ("vf_quarantined", "gpu-09", "store")]
+    assert "unusable entry for host gpu-09 (metrics is not a sentinel sample" in events[0]["reason"]
+    # The rewritten cursor is valid JSON again and a further restart fires nothing.
+    _strict_json((tmp_path / "cursor.json").read_text())
+    assert run(plugin, dict(args, fire_existing=False), [nothing]) == []
+
+
+def test_a_cursor_entry_that_cannot_be_written_back_is_dropped(plugin, tmp_path):
+    path = tmp_path / "cursor.json"
+    path.write_text('{"version": 1, "hosts": {"a": {"fired": {"k": 1.0}}, "b": {"fired": {"k": Infinity}}, '
+                    '"c": {"extra": NaN}, "d": {"pending": {"k": %d}}}}' % 10 ** 400)
+    hosts, problem, dropped = plugin.load_state(str(path))
+    assert list(hosts) == ["a"] and sorted(dropped) == ["b", "c", "d"]
+    assert "unusable entry for host(s) b (fired is not a table" in problem
+    assert dropped["c"] == "it holds a number that is not finite"

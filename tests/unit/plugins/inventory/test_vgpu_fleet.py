@@ -497,3 +497,144 @@ def test_hostile_api_answers_property(tmp_path_factory):
     finally:
         stub.server.shutdown()
         stub.server.server_close()
+
+
+# --- host names that are group names, future-dated reports, option values (red-team repros) ------------
+
+
+@pytest.fixture(scope="module")
+def small_report(tmp_path_factory):
+    """hosts[0] drained-001 (ready for a cycle), hosts[1] overflow-002, hosts[2] ok-000 (worst first)."""
+    return fleet_reports.build_report(str(tmp_path_factory.mktemp("small")), ["ok", "drained", "overflow"],
+                                      generated_at=now_text(-60))
+
+
+def _renamed(report, index, name):
+    document = json.loads(fr.to_json(report))
+    document["hosts"][index]["host"] = name
+    return document
+
+
+@pytest.mark.parametrize("name", ["all", "ungrouped", "vgpu_ok", "vgpu_needs_recovery", "vgpu_needs_action"])
+def test_a_host_named_like_a_group_is_refused(tmp_path, small_report, name):
+    """Ansible takes such a name for the group: vgpu_ok as a member of vgpu_needs_recovery would put the
+    healthy hosts there; all makes a dependency loop naming nothing."""
+    message = _bad(tmp_path, _renamed(small_report, 1, name))
+    assert "hosts[1].host is %r, a group name" % name in message and "fleet-audit.json" in message
+    # Everywhere a host name comes from: an artifact's lists, live mode's hosts.
+    artifact = {"hypeman_vgpu_audit": {"ready_for_cycle": [{"host": name, "gpu": CARD_B}]}}
+    assert "ready_for_cycle[0].host is %r, a group name" % name in _bad(tmp_path, artifact)
+    with pytest.raises(AnsibleParserError, match="option hosts is %r, a group name" % name):
+        parse(tmp_path, {"source": "live", "hosts": [name]})
+
+
+def test_localhost_is_a_host_like_any_other(tmp_path, small_report):
+    path = fleet_reports.write_report(str(tmp_path / "fleet-audit.json"), _renamed(small_report, 2, "localhost"))
+    inventory = parse(tmp_path, {"report": path})
+    assert members(inventory, "vgpu_ok") == ["localhost"]
+    assert members(inventory, "vgpu_needs_recovery") == ["drained-001", "overflow-002"]
+
+
+def test_a_host_named_like_a_group_of_another_source_is_refused_before_anything_is_added(tmp_path, small_report):
+    path = fleet_reports.write_report(str(tmp_path / "fleet-audit.json"), small_report)
+    config = tmp_path / "fleet.vgpu_fleet.yml"
+    config.write_text("plugin: hypeman.vgpu.vgpu_fleet\nreport: %s\n" % path)
+    inventory = InventoryData()
+    inventory.add_group("drained-001")  # e.g. a group of the hosts.yml given with another -i
+    inventory.add_host("gpu-99", group="drained-001")
+    plugin = inventory_loader.get("hypeman.vgpu.vgpu_fleet")
+    with pytest.raises(AnsibleParserError, match=r"names host 'drained-001' \(hosts\[0\].host\), which is also "
+                                                 r"a group of the inventory"):
+        plugin.parse(inventory, DataLoader(), str(config))
+    assert sorted(inventory.hosts) == ["gpu-99"] and not set(GROUPS) & set(inventory.groups)
+
+
+def test_a_composed_group_named_like_a_host_is_refused(tmp_path, small_report):
+    # ok-000 makes the group "drained_001", before or after the host of that name is added to its groups.
+    for order in ([0, 1, 2], [2, 1, 0]):
+        document = _renamed(small_report, 0, "drained_001")
+        document["hosts"] = [document["hosts"][i] for i in order]
+        index = order.index(0)
+        path = fleet_reports.write_json(str(tmp_path / "fleet-audit.json"), document)
+        with pytest.raises(AnsibleParserError, match=r"names host 'drained_001' \(hosts\[%d\].host\), which is "
+                                                     r"also a group" % index):
+            parse(tmp_path, {"report": path, "groups": {"drained_001": "vgpu_status == 'ok'"}})
+
+
+def test_any_host_name_is_grouped_as_the_report_says_or_refused_property(tmp_path_factory, small_report):
+    """Any host name in the report: each group holds exactly the hosts the report puts there, or the
+    inventory fails naming the entry."""
+    from hypothesis import given, strategies as st
+
+    names = st.sampled_from(sorted(GROUPS) + ["all", "ungrouped", "localhost", "gpu[01:03]", "ok-000x", "*",
+                                              "~gpu", "!x", "a:b", "a&b", "vgpu_ok2"]) | st.text(min_size=1,
+                                                                                                max_size=12)
+
+    @property_settings(30)
+    @given(st.integers(0, 2), names)
+    def check(index, name):
+        document = _renamed(small_report, index, name)
+        directory = tmp_path_factory.mktemp("names")
+        path = fleet_reports.write_json(str(directory / "fleet-audit.json"), document)
+        try:
+            inventory = parse(directory, {"report": path})
+        except AnsibleParserError as err:
+            assert "hosts[%d].host" % index in str(err) or "listed twice" in str(err), str(err)
+            return
+        expected = dict((group, []) for group in GROUPS)
+        for entry in document["hosts"]:
+            for group in host_vars(inventory, entry["host"])["vgpu_groups"]:
+                expected[group].append(entry["host"])
+        for group in GROUPS:
+            assert members(inventory, group) == sorted(expected[group]), group
+        assert host_vars(inventory, name)["vgpu_status"] == document["hosts"][index]["status"]
+
+    check()
+
+
+def test_a_report_from_the_future_is_stale_and_never_the_newest(tmp_path, report):
+    future = copy.deepcopy(report)
+    future["generated_at"] = "2099-01-01T00:00:00Z"
+    future["hosts"] = [e for e in future["hosts"] if e["host"] == "ok-000"]
+    (tmp_path / "future").mkdir()
+    (tmp_path / "now").mkdir()
+    future_path = fleet_reports.write_report(str(tmp_path / "future" / "fleet-audit.json"), future)
+    fleet_reports.write_report(str(tmp_path / "now" / "fleet-audit.json"), report)
+    # Alone: stale, max_age or not, naming the file and the time; on_stale: warn builds it.
+    for config in ({}, {"max_age": 7200}):
+        with pytest.raises(AnsibleParserError, match=r"the fleet report %s is dated 2099-01-01T00:00:00Z, \d+ "
+                                                     r"seconds after this controller's clock; expected a time no "
+                                                     r"later than now \(300 seconds" % future_path):
+            parse(tmp_path, dict({"report": future_path}, **config))
+    assert parse(tmp_path, {"report": future_path, "on_stale": "warn"}).get_host("ok-000") is not None
+    # With another report: the other one, whichever order.
+    for order in ([str(tmp_path / "future"), str(tmp_path / "now")], [str(tmp_path / "now"), str(tmp_path / "future")]):
+        inventory = parse(tmp_path, {"report": order, "max_age": 7200})
+        assert members(inventory, "vgpu_ready_for_cycle") == ["drained-002"], order
+    # Within the clock skew allowed: fine, age 0.
+    near = copy.deepcopy(report)
+    near["generated_at"] = now_text(120)
+    path = fleet_reports.write_report(str(tmp_path / "near.json"), near)
+    assert host_vars(parse(tmp_path, {"report": path, "max_age": 60}), "ok-000")["vgpu_report_age"] == 0
+
+
+@pytest.mark.parametrize("config, words", [
+    ({"source": "live", "hosts": ["h-1"], "timeout": -5}, "option timeout is -5; expected seconds, 1 or more"),
+    ({"source": "live", "hosts": ["h-1"], "timeout": 0}, "option timeout is 0; expected seconds, 1 or more"),
+    ({"source": "live", "hosts": ["h-1"], "workers": 0}, "option workers is 0; expected a number of hosts, 1 or more"),
+    ({"source": "live", "hosts": {"h-1": {"api_token_env": ["A", "B"]}}},
+     "option hosts.h-1.api_token_env is a list (['A', 'B']); expected the name of an environment variable"),
+    ({"source": "live", "hosts": {"h-1": {"api_url": {"a": 1}}}},
+     "option hosts.h-1.api_url is a mapping ({'a': 1}); expected hypeman's API base URL (a string)"),
+    ({"source": "live", "hosts": {"h-1": {"api_token_file": ""}}},
+     "option hosts.h-1.api_token_file is a string (''); expected the path of a file"),
+    ({"report": "/nonexistent", "max_report_size": 0}, "option max_report_size is 0; expected a size in bytes"),
+    ({"source": "live", "hosts": ["h-1"], "max_age": -1}, "option max_age is -1; expected seconds, 0 or more"),
+])
+def test_option_values_are_checked_and_named(tmp_path, monkeypatch, config, words):
+    monkeypatch.setenv("HYPEMAN_VGPU_API_TOKEN", "x")
+    config = dict({"api_url": "http://127.0.0.1:1", "api_error": "host"}, **config)
+    with hang_detector(20, "the plugin on a bad option"):
+        with pytest.raises(AnsibleParserError) as caught:
+            parse(tmp_path, config)
+    assert words in str(caught.value) and ".vgpu_fleet.yml" in str(caught.value), str(caught.value)
