@@ -5,6 +5,8 @@
 
 from __future__ import annotations
 
+import os
+
 from ansible.errors import AnsibleFilterError
 from ansible.plugins.action import ActionBase
 
@@ -67,13 +69,18 @@ class ActionModule(ActionBase):
                 files[str(record_file)] = fleet_render(report, "history")
         except AnsibleFilterError as err:
             return dict(result, failed=True, msg=str(err))
+        # The report directory: a history directory below it is never followed as a symlink.
+        root = args["report_dir"] or (os.path.dirname(str(history["dir"])) if history.get("dir") else None)
+        warnings = []
         try:
-            written, unchanged = _report.write_reports(files)
+            written, unchanged = _report.write_reports(files, root=root, warnings=warnings)
             # Only records the history reader listed, and only inside the history directory.
             deleted = _report.delete_history_records(history.get("dir"), history.get("expired") or [])
         except OSError as err:
             return dict(result, failed=True, msg="cannot write the fleet report %s: %s"
                         % (err.filename or "", err.strerror or err))
         # The report is this job's output, not a change to a managed host (check mode writes it too).
+        if warnings:
+            result["warnings"] = list(result.get("warnings") or []) + warnings
         return dict(result, changed=False, written=written, unchanged=unchanged, history_deleted=deleted,
                     report=dict((key, value) for key, value in report.items() if key != "hosts"))

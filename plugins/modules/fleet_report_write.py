@@ -21,11 +21,17 @@ description:
   - An action that runs entirely on the controller, with no module run on any host; the
     P(hypeman.vgpu.fleet_reconcile#role) role writes its report with it once per run.
   - A missing directory is created (mode C(0755); an existing one is left as it is). A file that already
-    holds the same bytes with mode C(0644) is not touched; any other is replaced atomically (temporary file
-    in the same directory, then a rename) with mode C(0644).
+    holds the same bytes is not touched. The others are replaced together and atomically - each new version
+    is written to a temporary file in the same directory, keeping the old file's owner, group and mode
+    (C(0644) for a new file), and fsynced; only when all are ready are they renamed into place, so a failure
+    changes none of them.
+  - Anything but a regular file where a report goes (a FIFO, a directory, a symlink) fails the task naming
+    it; it is never opened for reading. The report directory may be a symlink; a directory below it may not.
   - When the report keeps a history (C(history.record_file)), this run's history record is written the
     same way and the records the report lists in C(history.expired) (only files directly inside
-    C(history.dir)) are deleted.
+    C(history.dir)) are deleted. A C(history) that is not a real directory gets no record.
+  - One host's result of the wrong shape becomes that host's C(audit_failed) entry naming the field; the
+    report is written for every host.
   - The report is the job's output, not a change to a managed host, so the result is never C(changed)
     and the files are written in check mode too.
 options:

@@ -186,8 +186,13 @@ def history_name(kind, generated_at):
     return "fleet-%s-%sT%sZ.json" % (kind, digits[:8], digits[8:])
 
 
+# No count or percentage of a real fleet comes near it; a larger one (or NaN, an infinity) is not ours.
+_NUMBER_LIMIT = 10 ** 12
+
+
 def _is_number(value):
-    return isinstance(value, (int, float)) and not isinstance(value, bool)
+    """A count or percentage a record may hold: finite, 0 to _NUMBER_LIMIT (NaN fails every comparison)."""
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and 0 <= value <= _NUMBER_LIMIT
 
 
 def validate_record(data, kind):
@@ -200,7 +205,7 @@ def validate_record(data, kind):
         raise HistoryError("generated_at is not a string")
     totals = data.get("totals")
     if not isinstance(totals, dict) or not all(_is_number(totals.get(key)) for key in _TOTALS):
-        raise HistoryError("totals must hold numbers for %s" % ", ".join(_TOTALS))
+        raise HistoryError("totals must hold numbers from 0 to %d for %s" % (_NUMBER_LIMIT, ", ".join(_TOTALS)))
     hosts = data.get("hosts")
     if not isinstance(hosts, dict):
         raise HistoryError("hosts is not a mapping")
@@ -247,8 +252,8 @@ def load_history(report_dir, kind, keep, this_run=None):
         out["warnings"].append("fleet report history %s: %s; no trends this time" % (directory, err))
         return out
     if not stat.S_ISDIR(info.st_mode):
-        out["warnings"].append("fleet report history %s is %s, not a directory; no trends this time" % (
-            directory, _fileio.file_kind(info.st_mode)))
+        out["warnings"].append("fleet report history %s is %s, not a directory; no trends and no history record "
+                               "this time" % (directory, _fileio.file_kind(info.st_mode)))
         return out
     try:
         names = sorted(name for name in os.listdir(directory)
@@ -366,12 +371,23 @@ def attach_history(report, report_dir, keep):
     loaded = load_history(report_dir, report["kind"], keep, this_run)
     view = trends(report, loaded)
     record_file = None
-    if this_run:
+    if this_run and _record_dir_ok(os.path.join(report_dir, HISTORY_SUBDIR)):
         record_file = os.path.join(report_dir, HISTORY_SUBDIR, this_run)
     report["history"] = {"keep": keep, "dir": os.path.join(report_dir, HISTORY_SUBDIR) if report_dir else None,
                          "record_file": record_file, "points": view["points"], "changes": view["changes"],
                          "warnings": loaded["warnings"], "expired": loaded["expired"]}
     return report
+
+
+def _record_dir_ok(directory):
+    """Whether this run's record may go to ``directory``: a real directory, or none yet (it is made then).
+    A symlink (or anything else) there gets no record: load_history has warned about it."""
+    try:
+        return stat.S_ISDIR(os.lstat(directory).st_mode)
+    except FileNotFoundError:
+        return True
+    except OSError:
+        return False
 
 
 def to_json(record):

@@ -16,12 +16,13 @@ from __future__ import annotations
 import errno
 import html
 import json
+import math
 import os
 import re
+import shlex
 import stat
-import tempfile
 
-from ansible_collections.hypeman.vgpu.plugins.module_utils import _gotime
+from ansible_collections.hypeman.vgpu.plugins.module_utils import _fileio, _gotime, _pci, _safedir
 from ansible_collections.hypeman.vgpu.plugins.module_utils._audit import issue as _issue
 
 REPORT_SCHEMA = 1
@@ -44,12 +45,26 @@ def host_entry(result, host, audited_at=None, actions=None):
     """A host's report entry from its registered ``host_audit_info`` result.
 
     An unreachable host or a failed audit becomes an entry with one critical
-    issue; neither stops the fleet report.
+    issue; neither stops the fleet report. Nor does a result of the wrong
+    shape (another collection version, a modified module, a hostile host):
+    it becomes the host's ``audit_failed`` entry naming the bad field. A
+    sentinel counter that is not a finite number counts as unreadable
+    metrics (``metrics_unreadable``) and the rest of the audit is kept.
     """
-    entry = {"host": host, "audited_at": audited_at, "actions": list(actions or [])}
+    entry = {"host": host, "audited_at": audited_at,
+             "actions": list(actions) if isinstance(actions, (list, tuple)) else []}
     for key in _ENTRY_KEYS:
         entry[key] = None
     result = result if isinstance(result, dict) else {}
+    problem = _actions_problem(actions or [])
+    if problem:
+        entry["actions"] = []
+        result = {"failed": True, "msg": "the reconcile actions are unusable: %s" % problem}
+    elif not result.get("unreachable") and not result.get("failed") and "store" in result:
+        try:
+            check_sections(result)
+        except ReportError as err:
+            result = {"failed": True, "msg": "the host's audit result is unusable: %s" % err}
     if result.get("unreachable"):
         entry["status"] = "unreachable"
         entry["issues"] = [_issue("critical", "unreachable", "host unreachable: %s" % _msg(result),
@@ -61,8 +76,9 @@ def host_entry(result, host, audited_at=None, actions=None):
     else:
         for key in _ENTRY_KEYS:
             entry[key] = result.get(key)
-        entry["issues"] = list(result.get("issues") or [])
+        entry["issues"] = [_clipped_issue(item) for item in result.get("issues") or []]
         entry["status"] = "needs_action" if result.get("needs_action") else "ok"
+        _drop_unusable_metrics(entry)
     failed = [a for a in entry["actions"] if a.get("failed")]
     if failed:
         entry["issues"].insert(0, _issue("critical", "reconcile_failed", "repair failed: %s" % "; ".join(
@@ -72,6 +88,242 @@ def host_entry(result, host, audited_at=None, actions=None):
             entry["status"] = "needs_action"
     entry["needs_action"] = entry["status"] != "ok"
     entry["severity"] = _worst(entry["issues"])
+    return entry
+
+
+# --- checking a host's result ---------------------------------------------------------------------
+# A module result or a cached entry comes from a host (or an older collection, or an edited fact
+# cache): every part the report reads is checked before it is used, so one bad host becomes that
+# host's failed entry instead of failing the whole fleet's report. The field checks are
+# fleet_inventory's, which reads the same entries back from fleet-audit.json.
+
+_STATUSES = ("ok", "needs_action", "unreachable", "failed", "no_data")
+_SHOWN = 80
+
+
+def _shown(value):
+    """A bad value as the error shows it: JSON, cut at _SHOWN characters."""
+    try:
+        text = json.dumps(value, sort_keys=True)
+    except (TypeError, ValueError, RecursionError):
+        text = "a %s" % type(value).__name__
+    return text if len(text) <= _SHOWN else text[:_SHOWN - 3] + "..."
+
+
+def _value_at(where, top, value):
+    """The value ``where`` (``top.a[2].b``) names inside ``value`` (the value of ``top``): None for a missing
+    key (a check takes it as null), ``value`` itself when ``where`` cannot be followed."""
+    if not where.startswith(top):
+        return value
+    found = value
+    for name, index in re.findall(r"\.([A-Za-z_][A-Za-z0-9_]*)|\[([0-9]+)\]", where[len(top):]):
+        if not index and isinstance(found, dict):
+            found = found.get(name)
+        elif index and isinstance(found, list) and int(index) < len(found):
+            found = found[int(index)]
+        else:
+            return value
+    return found
+
+
+def _checked(check, where, value, *args):
+    """``check(where, value, *args)`` (a fleet_inventory check); its error as ReportError showing the bad value."""
+    from ansible_collections.hypeman.vgpu.plugins.plugin_utils import fleet_inventory  # it imports this module
+
+    try:
+        return check(where, value, *args)
+    except fleet_inventory.FleetInputError as err:
+        text = str(err)
+        match = re.match(r"^(\S+) is [^;]*; expected (.*)$", text, re.S)
+        if not match:
+            raise ReportError("%s, got %s" % (text, _shown(value))) from err
+        # The value itself instead of its type's name (a templated string's type is Ansible's own class).
+        raise ReportError("%s is %s; expected %s" % (
+            match.group(1), _shown(_value_at(match.group(1), where, value)), match.group(2))) from err
+
+
+def _finite(value):
+    """A number the report can print and count: not a bool, not NaN or infinite."""
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and (
+        isinstance(value, int) or math.isfinite(value))
+
+
+def _optional(where, value, kind, what):
+    """``value`` when it is None or a ``kind``; ReportError naming it otherwise."""
+    if value is not None and not isinstance(value, kind):
+        raise ReportError("%s is %s; expected %s" % (where, _shown(value), what))
+    return value
+
+
+def _clip(text):
+    """A message within the length fleet_inventory reads back (the rest of a huge one is cut)."""
+    from ansible_collections.hypeman.vgpu.plugins.plugin_utils.fleet_inventory import _MAX_TEXT
+
+    return text if not isinstance(text, str) or len(text) <= _MAX_TEXT else text[:_MAX_TEXT - 1] + "\u2026"
+
+
+def _clipped_issue(item):
+    return dict(item, message=_clip(item.get("message")), action=_clip(item.get("action")))
+
+
+def _strings(where, value):
+    from ansible_collections.hypeman.vgpu.plugins.plugin_utils.fleet_inventory import _text
+
+    for index, item in enumerate(_optional(where, value, list, "an array of strings") or []):
+        _checked(_text, "%s[%d]" % (where, index), item)
+
+
+def _objects(where, value, what):
+    items = _optional(where, value, list, "an array of %s" % what) or []
+    for index, item in enumerate(items):
+        _optional("%s[%d]" % (where, index), item, dict, what)
+    return items
+
+
+def _actions_problem(actions):
+    if not isinstance(actions, (list, tuple)):
+        return "actions is %s; expected an array of actions" % _shown(actions)
+    for index, action in enumerate(actions):
+        if not isinstance(action, dict):
+            return "actions[%d] is %s; expected an action object {kind, target, changed, failed, detail}" % (
+                index, _shown(action))
+    return None
+
+
+def check_sections(data):
+    """Raise ReportError naming the first part of a host's result (or entry) the report cannot use.
+
+    Only types are checked, and only of what the report reads; a missing or
+    null section or field is what an older audit or a failed section gives.
+    """
+    from ansible_collections.hypeman.vgpu.plugins.plugin_utils.fleet_inventory import (
+        _capacity, _count, _gpu, _issue, _text)
+
+    issues = _optional("issues", data.get("issues"), list, "an array of issues") or []
+    for index, item in enumerate(issues):
+        if isinstance(item, dict):
+            item = _clipped_issue(item)
+        _checked(_issue, "issues[%d]" % index, item)
+    store = _optional("store", data.get("store"), dict, "the store section (an object)")
+    if store is not None:
+        _optional("store.valid", store.get("valid"), bool, "true or false")
+        for key in ("quarantined", "owned", "by_hypeman", "would_quarantine", "stale_records"):
+            _strings("store." + key, store.get(key))
+        _optional("store.below_threshold", store.get("below_threshold"), dict, "an object of VF: failures")
+    placement = _optional("placement", data.get("placement"), dict, "the placement section (an object)")
+    if placement is not None:
+        _checked(_text, "placement.placement_disabled_reason", placement.get("placement_disabled_reason"), True)
+        for index, gpu in enumerate(_optional("placement.gpus", placement.get("gpus"), list, "an array of cards")
+                                    or []):
+            where = "placement.gpus[%d]" % index
+            _checked(_gpu, where, gpu)
+            for key in ("sriov_totalvfs", "below_threshold_vfs"):
+                _checked(_count, "%s.%s" % (where, key), gpu.get(key))
+            for key in ("drained", "idle", "overflow_only"):
+                _optional("%s.%s" % (where, key), gpu.get(key), bool, "true or false")
+    capacity = data.get("capacity")
+    if capacity is not None:
+        _checked(_capacity, "capacity", capacity)
+        if not _finite(capacity["lost_pct"]) or not 0 <= capacity["lost_pct"] <= 100:
+            raise ReportError("capacity.lost_pct is %s; expected a percentage from 0 to 100"
+                              % _shown(capacity["lost_pct"]))
+    sentinel = _optional("sentinel", data.get("sentinel"), dict, "the sentinel section (an object)")
+    if sentinel is not None:
+        for index, finding in enumerate(_objects("sentinel.findings", sentinel.get("findings"), "a finding object")):
+            _checked(_text, "sentinel.findings[%d].verdict" % index, finding.get("verdict"), True)
+        _optional("sentinel.unreported", sentinel.get("unreported"), list, "an array of findings")
+    for index, item in enumerate(_objects("at_risk_vfs", data.get("at_risk_vfs"), "an object {vf, card, reason, "
+                                          "time}")):
+        for key, optional in (("vf", False), ("card", True), ("reason", False), ("time", True)):
+            _checked(_text, "at_risk_vfs[%d].%s" % (index, key), item.get(key), optional)
+    for key in ("wedge_signals", "metrics", "footprint", "hypeman", "api"):
+        _optional(key, data.get(key), dict, "the %s section (an object)" % key)
+    _optional("footprint.not_vgpu", (data.get("footprint") or {}).get("not_vgpu"), bool, "true or false")
+    _optional("hypeman.running", (data.get("hypeman") or {}).get("running"), bool, "true or false")
+    _optional("api.mismatches", (data.get("api") or {}).get("mismatches"), list, "an array of mismatches")
+    return data
+
+
+_SAMPLE_NUMBERS = ("init_failures", "quarantines", "quarantined_vfs")
+
+
+def metrics_problem(metrics):
+    """Why hypeman's numbers in a host's ``metrics`` section cannot be shown (None when they can).
+
+    A counter that is NaN, infinite or not a number at all (legal Prometheus
+    text, or a host older than the check) must not reach the renderers.
+    """
+    if not isinstance(metrics, dict):
+        return None
+    sample = metrics.get("sample")
+    if sample is not None:
+        if not isinstance(sample, dict):
+            return "metrics.sample is %s; expected an object" % _shown(sample)
+        checks = sample.get("checks")
+        if checks is not None and not isinstance(checks, dict):
+            return "metrics.sample.checks is %s; expected an object of result: count" % _shown(checks)
+        for name, value in sorted((checks or {}).items()):
+            if not _finite(value):
+                return "hypeman's sentinel check counter for result %s is %s; expected a finite number" % (
+                    _shown(name), _shown(value))
+        for key in _SAMPLE_NUMBERS:
+            if sample.get(key) is not None and not _finite(sample[key]):
+                return "metrics.sample.%s is %s; expected a finite number" % (key, _shown(sample[key]))
+    stored = metrics.get("store_quarantined")
+    if stored is not None and not (isinstance(stored, int) and not isinstance(stored, bool) and stored >= 0):
+        return "metrics.store_quarantined is %s; expected a count" % _shown(stored)
+    return None
+
+
+def _drop_unusable_metrics(entry):
+    """Unusable hypeman numbers: the host's metrics count as unreadable (an issue), the rest of its audit stays."""
+    problem = metrics_problem(entry.get("metrics"))
+    if problem is None:
+        return
+    entry["metrics"] = dict(entry["metrics"], sample=None, error=problem)
+    entry["issues"].append(_issue("warning", "metrics_unreadable", "hypeman's /metrics as read on the host: %s"
+                                  % problem, "check what hypeman's /metrics exports on this host (metrics_url)"))
+    if entry["status"] == "ok":
+        entry["status"] = "needs_action"
+
+
+def _unusable_entry(host, audited_at, why):
+    return host_entry({"failed": True, "msg": why}, host, audited_at)
+
+
+def checked_entry(entry, index=0):
+    """``entry`` (a report host entry, e.g. from the fact cache) if the report can use it; else the host's
+    failed entry naming the bad field. Unusable hypeman numbers become ``metrics_unreadable``."""
+    from ansible_collections.hypeman.vgpu.plugins.plugin_utils.fleet_inventory import _expect, _text
+
+    if not isinstance(entry, dict):
+        return _unusable_entry("(entry %d)" % index, None, "the cached audit entry is %s; expected an object"
+                               % _shown(entry))
+    host = entry.get("host")
+    if not isinstance(host, str) or not host:
+        return _unusable_entry("(entry %d)" % index, None, "the cached audit entry's host is %s; expected a host "
+                               "name" % _shown(host))
+    audited_at = entry.get("audited_at") if isinstance(entry.get("audited_at"), str) else None
+    try:
+        if entry.get("status") not in _STATUSES:
+            raise ReportError("status is %s; expected one of %s" % (_shown(entry.get("status")), ", ".join(_STATUSES)))
+        if entry.get("severity") not in SEVERITY_ORDER:
+            raise ReportError("severity is %s; expected critical, warning, info or ok" % _shown(entry.get("severity")))
+        _checked(_expect, "needs_action", entry.get("needs_action"), bool, "true or false")
+        _checked(_text, "audited_at", entry.get("audited_at"), True)
+        _checked(_expect, "issues", entry.get("issues"), list, "an array of issues")
+        actions = _checked(_expect, "actions", entry.get("actions"), list, "an array of actions")
+        problem = _actions_problem(actions)
+        if problem:
+            raise ReportError(problem)
+        check_sections(entry)
+    except ReportError as err:
+        return _unusable_entry(host, audited_at, "the cached audit entry is unusable: %s" % err)
+    if metrics_problem(entry.get("metrics")) is not None:
+        entry = dict(entry, issues=list(entry["issues"]))
+        _drop_unusable_metrics(entry)
+        entry["needs_action"] = entry["status"] != "ok"
+        entry["severity"] = _worst(entry["issues"])
     return entry
 
 
@@ -121,7 +373,7 @@ def build_report(entries, kind="audit", generated_at=None, check_mode=False, pol
     """The fleet report: hosts needing action first, a summary, and the policy verdict."""
     if kind not in ("audit", "reconcile"):
         raise ReportError("report kind %r; expected audit or reconcile" % (kind,))
-    entries = sorted(entries, key=_sort_key)
+    entries = sorted((checked_entry(entry, index) for index, entry in enumerate(entries)), key=_sort_key)
     report = {
         "schema": REPORT_SCHEMA,
         "kind": kind,
@@ -238,12 +490,12 @@ def summarize(entries):
             elif state == "overflow_only":
                 summary["cards_overflow_only"] += 1
         sentinel = entry.get("sentinel") or {}
-        summary["sentinel_failed"] += len([f for f in sentinel.get("findings") or [] if f["verdict"] == "failed"])
+        summary["sentinel_failed"] += len([f for f in sentinel.get("findings") or [] if f.get("verdict") == "failed"])
         summary["sentinel_unreported"] += len(sentinel.get("unreported") or [])
         for vf in entry.get("at_risk_vfs") or []:
             summary["at_risk_vfs"] += 1
-            summary["at_risk"].append({"host": host, "vf": vf["vf"], "card": vf["card"], "reason": vf["reason"],
-                                       "time": vf["time"]})
+            summary["at_risk"].append({"host": host, "vf": vf.get("vf"), "card": vf.get("card"),
+                                       "reason": vf.get("reason"), "time": vf.get("time")})
         summary["hosts_wedge_signals_unread"] += "wedge_signals_unread" in codes
         mode = sentinel_mode(entry)
         if mode is not None:
@@ -427,15 +679,40 @@ _SUMMARY_ROWS = (
 )
 
 
+# Anything a Markdown renderer (or a terminal) takes as a line break: one table row or heading stays one line.
+_MD_BREAKS = re.compile("[\x00-\x08\x0a-\x1f\x7f-\x9f\u2028\u2029]")
+# Inline Markdown that host data could use (links, images, HTML, code, emphasis, table cells); an underscore
+# only where it could open or close emphasis, so snake_case names stay readable.
+_MD_SPECIAL = re.compile(r"[\\`*\[\]<>|~&]|(?<![A-Za-z0-9])_|_(?![A-Za-z0-9])")
+
+
 def _md(text):
-    return str(text).replace("|", "\\|").replace("\n", " ")
+    """Host data as one line of inert Markdown text (a table cell, a heading, a list item)."""
+    return _MD_SPECIAL.sub(lambda m: "\\" + m.group(0), _MD_BREAKS.sub(" ", str(text)))
+
+
+def recover_command(host, gpu):
+    """The copy-paste ``recover_gpu`` command for a card, shell-quoted; None unless ``gpu`` is a PCI address
+    and ``host`` an inventory host name (fleet_inventory's rule) that a Markdown code span can show."""
+    from ansible_collections.hypeman.vgpu.plugins.plugin_utils import fleet_inventory  # it imports this module
+
+    if not isinstance(gpu, str) or not _pci.ADDRESS_RE.match(gpu):
+        return None
+    try:
+        fleet_inventory.host_name("host", host)
+    except fleet_inventory.FleetInputError:
+        return None
+    if set(host) & set("`{}"):  # a code span's end; a Jinja2 template in an extra var
+        return None
+    return "ansible-playbook hypeman.vgpu.recover_gpu -e %s -e %s" % (
+        shlex.quote("target_hosts=" + host), shlex.quote("target_gpu=" + gpu))
 
 
 def render_markdown(report):
     title = "hypeman vGPU fleet %s" % report["kind"]
     lines = ["# %s" % title, ""]
     lines.append("Generated %s%s. Hosts needing action come first." % (
-        report["generated_at"] or "-", " (check mode: nothing was changed)" if report["check_mode"] else ""))
+        _md(report["generated_at"] or "-"), " (check mode: nothing was changed)" if report["check_mode"] else ""))
     lines.append("")
     summary = report["summary"]
     lines += ["## Summary", "", "| | |", "|---|---:|"]
@@ -457,14 +734,16 @@ def render_markdown(report):
     if history:
         changes = history["changes"]
         lines += ["## Since the previous audit", "", "%s%s." % (
-            "(%s) " % changes["previous_at"] if changes["previous_at"] else "", _md(changes["text"]))]
+            "(%s) " % _md(changes["previous_at"]) if changes["previous_at"] else "", _md(changes["text"]))]
         for warning in history["warnings"]:
             lines += ["", "Warning: %s" % _md(warning)]
         lines.append("")
     if summary["ready_for_cycle"]:
         lines += ["## Cards ready for an SR-IOV cycle", ""]
-        lines += ["- %s %s: `ansible-playbook hypeman.vgpu.recover_gpu -e target_hosts=%s -e target_gpu=%s`" % (
-            item["host"], item["gpu"], item["host"], item["gpu"]) for item in summary["ready_for_cycle"]]
+        for item in summary["ready_for_cycle"]:
+            command = recover_command(item["host"], item["gpu"])
+            lines.append("- %s %s: %s" % (_md(item["host"]), _md(item["gpu"]), "`%s`" % command if command else
+                                          "no command shown: the host name or card address is not a plain one"))
         lines.append("")
     attention = [e for e in report["hosts"] if e["needs_action"]]
     lines += ["## Hosts needing action (%d)" % len(attention), ""]
@@ -490,7 +769,7 @@ def render_markdown(report):
 
 
 def _markdown_host(entry):
-    lines = ["### %s (%s)" % (entry["host"], entry["status"].replace("_", " ")), ""]
+    lines = ["### %s (%s)" % (_md(entry["host"]), entry["status"].replace("_", " ")), ""]
     lines += ["| Severity | Issue | What | Do |", "|---|---|---|---|"]
     for issue in entry["issues"]:
         lines.append("| %s | `%s` | %s | %s |" % (issue["severity"], issue["code"], _md(issue["message"]),
@@ -509,7 +788,7 @@ def _markdown_host(entry):
         for gpu in gpus:
             cells = (gpu["address"], gpu["vf_total"], gpu["quarantined"], gpu["allocatable"], gpu["claimed"],
                      _card_state(gpu))
-            lines.append("| %s | %s | %s | %s | %s | %s |" % cells)
+            lines.append("| %s | %s | %s | %s | %s | %s |" % tuple(_md(cell) for cell in cells))
         lines.append("")
     if entry.get("actions"):
         lines += ["Actions:", ""]
@@ -653,9 +932,13 @@ def _prom_line(out, name, help_text, samples):
     out.append("# HELP hypeman_vgpu_%s %s" % (name, help_text))
     out.append("# TYPE hypeman_vgpu_%s gauge" % name)
     for labels, value in samples:
-        label_text = ",".join('%s="%s"' % (k, str(v).replace("\\", "\\\\").replace('"', '\\"'))
-                              for k, v in labels)
+        label_text = ",".join('%s="%s"' % (k, _prom_label_value(v)) for k, v in labels)
         out.append("hypeman_vgpu_%s%s %s" % (name, "{%s}" % label_text if label_text else "", _num(value)))
+
+
+def _prom_label_value(value):
+    """A label value escaped as the text format requires (backslash, double quote, line feed): one line per sample."""
+    return str(value).replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
 
 
 def _num(value):
@@ -681,14 +964,12 @@ def render_prometheus(entry):
                [((("severity", s),), len([i for i in issues if i["severity"] == s]))
                 for s in ("critical", "warning", "info")])
     if entry.get("store") is not None:
-        _prom_line(out, "store_valid", "1 when hypeman can load the VF health store.", [((), store["valid"])])
+        _prom_line(out, "store_valid", "1 when hypeman can load the VF health store.", [((), bool(store.get("valid")))])
         _prom_line(out, "vfs", "VFs by health state in the VF health store.", [
-            ((("state", "quarantined"),), len(store["quarantined"])),
-            ((("state", "quarantined_owned"),), len(store["owned"] or [])),
-            ((("state", "quarantined_by_hypeman"),), len(store["by_hypeman"] or [])),
-            ((("state", "pending_quarantine"),), len(store["would_quarantine"])),
-            ((("state", "below_threshold"),), len(store["below_threshold"])),
-            ((("state", "stale_record"),), len(store["stale_records"]))])
+            ((("state", state),), len(store.get(key) or [])) for state, key in (
+                ("quarantined", "quarantined"), ("quarantined_owned", "owned"),
+                ("quarantined_by_hypeman", "by_hypeman"), ("pending_quarantine", "would_quarantine"),
+                ("below_threshold", "below_threshold"), ("stale_record", "stale_records"))])
     if capacity:
         _prom_line(out, "slots", "vGPU slots as hypeman counts them.", [
             ((("kind", "total"),), capacity["total_slots"]), ((("kind", "allocatable"),), capacity["allocatable_slots"]),
@@ -700,9 +981,9 @@ def render_prometheus(entry):
                    [((), bool(placement.get("placement_disabled_reason")))])
         gpus = placement.get("gpus") or []
         _prom_line(out, "cards", "Cards by state.", [
-            ((("state", "ready_for_cycle"),), len([g for g in gpus if g["drained"] and g["idle"]])),
-            ((("state", "draining"),), len([g for g in gpus if g["drained"] and not g["idle"]])),
-            ((("state", "overflow_only"),), len([g for g in gpus if g["overflow_only"] and not g["drained"]])),
+            ((("state", "ready_for_cycle"),), len([g for g in gpus if g.get("drained") and g.get("idle")])),
+            ((("state", "draining"),), len([g for g in gpus if g.get("drained") and not g.get("idle")])),
+            ((("state", "overflow_only"),), len([g for g in gpus if g.get("overflow_only") and not g.get("drained")])),
             ((("state", "total"),), len(gpus))])
         if gpus:
             _prom_line(out, "card_health", "Each card's state on the report's health map: 0 healthy, 1 failures below "
@@ -712,7 +993,7 @@ def render_prometheus(entry):
     if entry.get("sentinel") is not None:
         findings = sentinel.get("findings") or []
         _prom_line(out, "sentinel_verdicts", "Standing sentinel verdicts, by verdict.", [
-            ((("verdict", v),), len([f for f in findings if f["verdict"] == v])) for v in ("failed", "ok")])
+            ((("verdict", v),), len([f for f in findings if f.get("verdict") == v])) for v in ("failed", "ok")])
         _prom_line(out, "sentinel_unreported", "Sentinel verdicts whose report would change the store.",
                    [((), len(sentinel.get("unreported") or []))])
         if sentinel_mode(entry) is not None:
@@ -722,7 +1003,8 @@ def render_prometheus(entry):
     if wedge is not None:
         at_risk = entry.get("at_risk_vfs") or []
         _prom_line(out, "at_risk_vfs", "VFs a wedge-risk signal concerns (hard kill, OOM kill), by latest reason.", [
-            ((("reason", r),), len([v for v in at_risk if v["reason"] == r])) for r in ("vf_may_wedge", "oom_killed_qemu")])
+            ((("reason", r),), len([v for v in at_risk if v.get("reason") == r]))
+            for r in ("vf_may_wedge", "oom_killed_qemu")])
         _prom_line(out, "wedge_signals_read", "1 when every wedge-risk signal source could be read.",
                    [((), bool(wedge.get("complete")))])
     metrics = entry.get("metrics")
@@ -743,14 +1025,14 @@ def render_prometheus(entry):
                        "previous sample.", [((), bool(metrics.get("coverage_problems")))])
     if entry.get("footprint") is not None:
         _prom_line(out, "host_not_vgpu", "1 when neither an NVIDIA SR-IOV GPU nor hypeman's data dir was found "
-                   "at the audited paths.", [((), entry["footprint"]["not_vgpu"])])
+                   "at the audited paths.", [((), bool(entry["footprint"].get("not_vgpu")))])
     if entry.get("hypeman") is not None and entry["hypeman"].get("running") is not None:
         _prom_line(out, "hypeman_running", "1 when a hypeman process runs.", [((), entry["hypeman"]["running"])])
     if api is not None:
         _prom_line(out, "api_reachable", "1 when hypeman's API answered the audit.",
-                   [((), bool(api["reachable"]) and not api["error"])])
+                   [((), bool(api.get("reachable")) and not api.get("error"))])
         _prom_line(out, "api_mismatches", "Fields where hypeman's /resources differs from the files.",
-                   [((), len(api["mismatches"]))])
+                   [((), len(api.get("mismatches") or []))])
     return "\n".join(out) + "\n"
 
 
@@ -760,43 +1042,151 @@ def to_json(report):
 
 # --- writing the report files -------------------------------------------------------------------
 
-def write_reports(files, dir_mode=0o755, file_mode=0o644):
+def write_reports(files, dir_mode=0o755, file_mode=0o644, root=None, warnings=None):
     """Write ``files`` (path -> text) on the controller; returns ``(written, unchanged)`` paths.
 
-    The fleet report is the job's output: a missing directory is created
-    (``dir_mode``; an existing one is left as it is), a file whose bytes are
-    already there is not touched, any other is replaced atomically (a
-    temporary file in the same directory, then a rename) with ``file_mode``,
-    so a reader never sees half a report. Raises ``OSError`` naming the path.
+    The fleet report is the job's output: a missing directory is created with
+    exactly ``dir_mode`` (an existing one is left as it is), a file whose
+    bytes are already there is not touched. The others are replaced together:
+    each new version goes to a temporary file in its directory (keeping the
+    old file's owner, group and mode; a new file gets ``file_mode``) and is
+    fsynced, and only when every one is ready are they renamed into place, so
+    a reader never sees half a report and a failure before the renames
+    removes the temporary files and changes nothing. A path must hold a
+    regular file or nothing: a FIFO, device, directory or symlink there is
+    refused, never opened for reading. ``root`` (the report directory) is
+    opened following symlinks, as the operator wrote it; a directory below
+    it (``history``) is never a symlink. Raises ``OSError`` naming the path;
+    ``warnings`` (a list) gets a line per file whose owner could not be kept.
     """
-    written, unchanged = [], []
-    for path in sorted(files):
-        data = files[path].encode("utf-8")
-        directory = os.path.dirname(path) or "."
-        if not os.path.isdir(directory):
-            os.makedirs(directory, mode=dir_mode, exist_ok=True)
-        try:
-            with open(path, "rb") as handle:
-                same = handle.read(len(data) + 1) == data
-        except FileNotFoundError:
-            same = False
-        if same and stat.S_IMODE(os.stat(path).st_mode) == file_mode:
-            unchanged.append(path)
-            continue
-        handle, tmp = tempfile.mkstemp(prefix=".%s." % os.path.basename(path), dir=directory)
-        try:
-            with os.fdopen(handle, "wb") as out:
-                out.write(data)
-            os.chmod(tmp, file_mode)
-            os.replace(tmp, path)
-        except BaseException:
+    written, unchanged, pending = [], [], []
+    opened = {}
+    try:
+        for path in sorted(files):
+            data = files[path].encode("utf-8", "backslashreplace")
+            directory, name = os.path.split(path)
+            if not name:
+                raise IsADirectoryError(errno.EISDIR, "names a directory, not a report file", path)
+            dir_fd = _report_dir(opened, directory or ".", root, dir_mode)
+            old = _old_report(dir_fd, name, path, data)
+            if old is True:
+                unchanged.append(path)
+                continue
+            pending.append({"path": path, "dir_fd": dir_fd, "name": name, "data": data, "old": old, "tmp": None})
+        for item in pending:
+            _write_temp(item, file_mode, warnings)
+        for item in pending:
             try:
-                os.unlink(tmp)
-            except OSError:
-                pass
-            raise
-        written.append(path)
+                os.rename(item["tmp"], item["name"], src_dir_fd=item["dir_fd"], dst_dir_fd=item["dir_fd"])
+            except OSError as err:
+                raise OSError(err.errno, err.strerror, item["path"]) from err
+            item["tmp"] = None
+            written.append(item["path"])
+        for dir_fd in set(item["dir_fd"] for item in pending):
+            os.fsync(dir_fd)
+    finally:
+        for item in pending:
+            if item["tmp"]:
+                try:
+                    os.unlink(item["tmp"], dir_fd=item["dir_fd"])
+                except OSError:
+                    pass
+        for dir_fd in opened.values():
+            os.close(dir_fd)
     return written, unchanged
+
+
+def _report_dir(opened, directory, root, dir_mode):
+    """fd of ``directory`` (cached in ``opened``): ``root`` and directories outside it as their path says, one
+    below ``root`` component by component without following a symlink; missing ones made with ``dir_mode``."""
+    if directory in opened:
+        return opened[directory]
+    below = None
+    if root:
+        below = os.path.relpath(os.path.abspath(directory), os.path.abspath(root))
+        if below == "." or below.split(os.sep)[0] == "..":
+            below = None
+    if below is None:
+        opened[directory] = _safedir.open_dir(directory, dir_mode, follow_last=True)
+        return opened[directory]
+    fd = _report_dir(opened, root, root, dir_mode)
+    path = root
+    try:
+        for part in below.split(os.sep):
+            child = _safedir.open_child(fd, part, path, dir_mode, follow=False)
+            if path != root:
+                os.close(fd)
+            fd, path = child, os.path.join(path, part)
+    except BaseException:
+        if path != root:
+            os.close(fd)
+        raise
+    opened[directory] = fd
+    return fd
+
+
+def _old_report(dir_fd, name, path, data):
+    """True when ``name`` holds ``data``; else its stat, or None when there is none. Never blocks (a FIFO)."""
+    try:
+        fd, info = _fileio.open_regular(name, follow=False, dir_fd=dir_fd)
+    except FileNotFoundError:
+        return None
+    except OSError as err:
+        why = "is a directory" if isinstance(err, IsADirectoryError) else err.strerror
+        raise _fileio.HostFileError(err.errno, "%s; expected a regular file (or none) where the report goes" % why,
+                                    path) from err
+    try:
+        if info.st_size != len(data):
+            return info
+        try:
+            return True if _fileio.read_fd(fd, path, len(data)) == data else info
+        except _fileio.HostFileError:  # it grew while read
+            return info
+    finally:
+        os.close(fd)
+
+
+def _write_temp(item, file_mode, warnings):
+    """The new version of ``item`` in a temporary file beside it, with the old file's owner and mode, fsynced."""
+    tmp = ".%s.%s" % (item["name"], os.urandom(6).hex())
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0)
+    try:
+        fd = os.open(tmp, flags, 0o600, dir_fd=item["dir_fd"])
+    except OSError as err:
+        raise OSError(err.errno, err.strerror, item["path"]) from err
+    item["tmp"] = tmp
+    old = item["old"]
+    try:
+        if old is not None:
+            _keep_owner(fd, old, item["path"], warnings)
+        # After the chown, which may clear set-id bits; exact, whatever the umask.
+        os.fchmod(fd, stat.S_IMODE(old.st_mode) if old is not None else file_mode)
+        view = memoryview(item["data"])
+        while view:
+            view = view[os.write(fd, view):]
+        os.fsync(fd)
+    except OSError as err:
+        raise OSError(err.errno, err.strerror, item["path"]) from err
+    finally:
+        os.close(fd)
+
+
+def _keep_owner(fd, old, path, warnings):
+    mine = os.fstat(fd)
+    if (mine.st_uid, mine.st_gid) == (old.st_uid, old.st_gid):
+        return
+    try:
+        os.fchown(fd, old.st_uid, old.st_gid)
+        return
+    except PermissionError:
+        pass
+    try:
+        os.fchown(fd, -1, old.st_gid)
+        kept = "its group is kept, its owner %d is now %d" % (old.st_uid, mine.st_uid)
+    except PermissionError:
+        kept = "it is now owned by %d:%d instead of %d:%d" % (mine.st_uid, mine.st_gid, old.st_uid, old.st_gid)
+    if warnings is not None:
+        warnings.append("fleet report %s: not permitted to keep its owner; %s" % (path, kept))
 
 
 def delete_history_records(history_dir, expired):
