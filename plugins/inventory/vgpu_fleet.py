@@ -265,8 +265,8 @@ class InventoryModule(BaseInventoryPlugin, Constructable, Cacheable):
         newest = max(states, key=rank)  # the first of equals, in the order given
         for state in states:
             if state is not newest and rank(state)[0] == 0:
-                self.display.warning("vgpu_fleet: %s; using%s instead" % (_future_words(state, now),
-                                                                            _path_words(newest)))
+                self.display.warning("vgpu_fleet: %s; using%s instead"
+                                     % (_future_words(state, now), _path_words(newest)))
         return newest
 
     def _read_one(self, path):

@@ -379,6 +379,7 @@ def test_an_earlier_failure_is_kept_in_the_cursor_and_checked_there(host):
     for bad in (5, "x", {"ts": _ts(30), "nvrm": None, "file": app}, {"ts": _ts(30), "file": app}):
         assert not _sentinel.valid_state(dict(state, verdict=dict(verdict, earlier_failure=bad)), "inst-a")
 
+
 _OLDER = _store.Failure("inst-old", "2026-08-30T09:00:00Z", "2026-08-30T09:01:00Z")
 
 
@@ -398,8 +399,8 @@ def _records(store):
 @given(failed_gaps=st.lists(st.integers(6, 90), max_size=3), ok_gap=st.one_of(st.none(), st.integers(6, 90)),
        runs=st.lists(st.tuples(st.integers(0, 4), st.booleans()), min_size=1, max_size=4),
        threshold=st.integers(2, 3))
-def test_agent_reports_more_than_a_pass_apart_end_as_hypemans_passes_do(tmp_path_factory, failed_gaps, ok_gap,
-                                                                         runs, threshold):
+def test_agent_reports_more_than_a_pass_apart_end_as_hypemans_passes_do(
+        tmp_path_factory, failed_gaps, ok_gap, runs, threshold):
     # The agent prints FAILED reports (at most one per 30 s in reality) and at most one
     # OK after them (success is terminal). With every report more than one 5 s pass after
     # the one before, hypeman reports each on a pass of its own. Whatever runs (audits or

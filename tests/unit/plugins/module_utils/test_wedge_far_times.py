@@ -95,8 +95,8 @@ _YEAR_EDGES = st.sampled_from([(0, 1, 1), (0, 1, 2), (1, 1, 1), (9998, 12, 31), 
        st.integers(0, 10 ** 19 - 1))
 def test_times_near_and_beyond_the_range_never_raise(date, second, nanos, offset, realtime_us):
     zone = "Z" if offset == 0 else "%s%02d:%02d" % ("+" if offset > 0 else "-", abs(offset) // 60, abs(offset) % 60)
-    moment = "%04d-%02d-%02dT%02d:%02d:%02d.%09d%s" % (date + (second // 3600, second // 60 % 60, second % 60, nanos,
-                                                                zone))
+    clock = (second // 3600, second // 60 % 60, second % 60, nanos, zone)
+    moment = "%04d-%02d-%02dT%02d:%02d:%02d.%09d%s" % (date + clock)
     _message, realtime = _wedge._journal_message({"MESSAGE": OOM, "__REALTIME_TIMESTAMP": str(realtime_us)})
     signals = [_wedge.parse_hypeman_line(_json_line(moment), NOW, realtime),
                _wedge.parse_hypeman_line("%s WARN %s device_path=/sys/bus/pci/devices/%s" % (moment, MSG, VF), NOW),

@@ -605,8 +605,8 @@ def test_a_device_that_is_not_nvidia_or_not_sriov_is_refused(tmp_path, capsys):
     ("sriov_numvfs", "33", "reports sriov_numvfs=33: not a VF count (expected 0 to its sriov_totalvfs, 32)"),
 ])
 @pytest.mark.parametrize("state", ["enabled", "disabled", "cycled"])
-def test_a_vf_count_the_kernel_cannot_report_is_refused_before_anything_runs(tmp_path, capsys, name, value, message,
-                                                                              state):
+def test_a_vf_count_the_kernel_cannot_report_is_refused_before_anything_runs(
+        tmp_path, capsys, name, value, message, state):
     # A huge totalvfs once built one address per VF (MemoryError, no result); a negative
     # numvfs read as "the card has VFs" and ran sriov-manage -d.
     host = Host(tmp_path, numvfs=0)

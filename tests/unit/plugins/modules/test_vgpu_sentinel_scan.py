@@ -107,8 +107,8 @@ OLDER_FAILURE = {"instance_id": "inst-old", "assigned_at": "2026-08-30T09:00:00Z
     # Within one pass only the last marker counts: a success without a match changes nothing.
     (5, [("inst-a", "success", "unchanged")], True),
 ])
-def test_failed_then_ok_in_one_scan_is_reported_as_hypemans_passes_would(host, capsys, ok_after_s, reports,
-                                                                          older_left):
+def test_failed_then_ok_in_one_scan_is_reported_as_hypemans_passes_would(
+        host, capsys, ok_after_s, reports, older_left):
     host.tree.write_store([{"vf_address": host.vf, "failures": [OLDER_FAILURE]}])
     app = host.boot("inst-a", CLAIMED_NS)
     guestlog.append(app, guestlog.report("failed", CLAIMED_NS + 27 * SEC)
