@@ -14,35 +14,48 @@ from http.server import BaseHTTPRequestHandler, HTTPServer
 class ApiStub(object):
     """Serve canned answers on 127.0.0.1.
 
-    ``routes`` maps a path to ``(status, body)``; a dict or list body is sent as
-    JSON, a str as is. ``delay`` seconds are slept before answering. Every
-    request's path and Authorization header is kept in ``requests``.
+    ``routes`` maps a path to ``(status, body)`` or ``(status, body, headers)``;
+    a path not listed gets ``default``. A dict or list body is sent as JSON, a
+    str as is, None as nothing. ``delay`` seconds are slept before answering.
+    Every request's path and Authorization header is kept in ``requests``, and
+    with its method in ``calls`` (GET, POST and DELETE are answered alike).
     """
 
-    def __init__(self, routes, token=None, delay=0.0):
+    def __init__(self, routes, token=None, delay=0.0, default=(404, {"message": "not found"})):
         self.routes = routes
         self.token = token
         self.delay = delay
         self.requests = []
+        self.calls = []
         stub = self
 
         class Handler(BaseHTTPRequestHandler):
-            def do_GET(self):  # noqa: N802 (http.server's naming)
-                stub.requests.append((self.path, self.headers.get("Authorization")))
+            def _answer(self):
+                auth = self.headers.get("Authorization")
+                stub.requests.append((self.path, auth))
+                stub.calls.append((self.command, self.path, auth))
+                length = int(self.headers.get("Content-Length") or 0)
+                if length:
+                    self.rfile.read(length)
                 if stub.delay:
                     time.sleep(stub.delay)
-                if stub.token is not None and self.headers.get("Authorization") != "Bearer %s" % stub.token:
-                    status, body = 401, {"code": "unauthorized", "message": "invalid token"}
+                if stub.token is not None and auth != "Bearer %s" % stub.token:
+                    answer = (401, {"code": "unauthorized", "message": "invalid token"})
                 else:
-                    status, body = stub.routes.get(self.path, (404, {"message": "not found"}))
-                data = body if isinstance(body, str) else json.dumps(body)
+                    answer = stub.routes.get(self.path, default)
+                status, body, headers = (tuple(answer) + ({},))[:3]
+                data = "" if body is None else body if isinstance(body, str) else json.dumps(body)
                 self.send_response(status)
+                for name, value in headers.items():
+                    self.send_header(name, value)
                 self.send_header("Content-Type", "application/json")
                 self.end_headers()
                 try:
                     self.wfile.write(data.encode("utf-8"))
                 except (BrokenPipeError, ConnectionResetError):
                     pass
+
+            do_GET = do_POST = do_DELETE = _answer  # noqa: N815 (http.server's naming)
 
             def log_message(self, *args):
                 pass
