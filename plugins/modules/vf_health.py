@@ -103,7 +103,8 @@ options:
     description:
       - With O(state=absent), remove a record only when every time in it (each failure's C(reported_at) and the
         C(quarantined_at)) is at or before this instant, an RFC 3339 time such as V(2026-08-31T12:00:00.5Z). A record
-        with a later time is kept, with the outcome V(kept_newer), and named in RV(newer).
+        with a later time is kept, with the outcome V(kept_newer), and named in RV(newer). The times are those in
+        the store as loaded; a quarantine this run's re-evaluation sets does not count.
       - For a clear that may run again after an interruption. What hypeman recorded after the first attempt is new
         evidence and stays. The C(hypeman.vgpu.sr_iov_cycle) role passes the host's time read just before its
         clear.
@@ -500,6 +501,8 @@ class StoreEdit(object):
             return self._repair(store)
         # Ownership as the ledger says, intents of killed runs decided against this store.
         latest = _ledger.read_ledger(self.params["state_dir"]).latest_by_vf(store)
+        # recorded_before judges the evidence as it was, not this run's own re-evaluation.
+        loaded = dict(store.records)
         # hypeman's load re-evaluation comes first and is persisted with the run
         # (idempotent: the next run finds nothing left to quarantine).
         reevaluated = store.reevaluate(self.threshold, self.now)
@@ -516,7 +519,7 @@ class StoreEdit(object):
                 outcomes[vf] = store.quarantine(vf, self.now)
             else:
                 record = store.records.get(vf)
-                latest_time = record_latest_time(record)
+                latest_time = record_latest_time(loaded.get(vf))
                 if latest_time is not None and self.recorded_before is not None and latest_time > self.recorded_before:
                     outcomes[vf] = "kept_newer"
                     newer[vf] = _gotime.format_rfc3339nano(latest_time)

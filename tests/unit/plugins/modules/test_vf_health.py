@@ -399,7 +399,7 @@ def test_recorded_before_keeps_what_was_recorded_after_it(host, capsys):
 
 
 def test_recorded_before_keeps_a_record_exactly_when_one_of_its_times_is_later(host, capsys):
-    from hypothesis import given, strategies as st
+    from hypothesis import example, given, strategies as st
 
     from ansible_collections.hypeman.vgpu.tests.unit.hostile import property_settings
 
@@ -409,6 +409,9 @@ def test_recorded_before_keeps_a_record_exactly_when_one_of_its_times_is_later(h
     @property_settings(25)
     @given(failures=st.lists(offsets, max_size=3), quarantine=st.one_of(st.none(), offsets),
            nanos=st.integers(0, 999999999))
+    # Two failures reach the threshold: this run's own re-evaluation quarantines the VF now,
+    # which is not evidence newer than the cut.
+    @example(failures=[0, 0], quarantine=None, nanos=0)
     def check(failures, quarantine, nanos):
         vf = host.vfs[0]
         store = _store.HealthStore(host.path)
