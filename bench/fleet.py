@@ -9,7 +9,10 @@ findings, from tests/integration/targets/fleet_audit/fleet_fixture.py), then,
 for a small and a large fleet, runs in this process:
 
 - baseline: a playbook with one ``ansible.builtin.ping`` task per host;
-- audit: ``hypeman.vgpu.audit`` (per-host audit plus the fleet report).
+- audit: ``hypeman.vgpu.audit`` (per-host audit plus the fleet report), as an
+  hourly audit finds a host: the helpers' bytecode kept from an earlier run;
+- cold audit: the same with the bytecode cache off (``HYPEMAN_VGPU_BYTECODE_CACHE=off``),
+  as a host's first audit after an install or upgrade finds it.
 
 It prints, for both fleet sizes, wall seconds and CPU seconds (the
 ansible-playbook process and everything it started: workers and modules; on
@@ -112,9 +115,15 @@ def measure(work, count, forks, repeat, baseline=None):
     inventory = subset_inventory(work, count)
     ping_yml = os.path.join(work, "ping.yml")
     best = {}
+    audit = [playbook_bin(), "-i", inventory, "hypeman.vgpu.audit"]
+    # The audit as hourly runs find a host: its helpers' bytecode kept from an earlier run (the
+    # simulated hosts share one machine, so one cache, filled by the first host of the first run);
+    # "cold" is a host's first run after an install or upgrade, every helper compiled.
     runs = [("ping", [playbook_bin(), "-i", inventory, ping_yml], env),
-            ("audit", [playbook_bin(), "-i", inventory, "hypeman.vgpu.audit",
-                       "-e", "audit_report_dir=%s" % os.path.join(work, "report-%d" % count)], env)]
+            ("audit", audit + ["-e", "audit_report_dir=%s" % os.path.join(work, "report-%d" % count)],
+             dict(env, HYPEMAN_VGPU_BYTECODE_CACHE=os.path.join(work, "bytecode"))),
+            ("cold", audit + ["-e", "audit_report_dir=%s" % os.path.join(work, "cold-%d" % count)],
+             dict(env, HYPEMAN_VGPU_BYTECODE_CACHE="off"))]
     if baseline:
         runs.append(("baseline", [playbook_bin(), "-i", inventory, "hypeman.vgpu.audit",
                                   "-e", "audit_report_dir=%s" % os.path.join(work, "baseline-%d" % count)],
@@ -146,7 +155,8 @@ def cpu_split(work, count, forks):
         out = os.path.join(work, "split-%s-%d.jsonl" % (name, count))
         if os.path.exists(out):
             os.unlink(out)
-        timed_run(tool + [out, "-i", inventory] + playbook_args, ansible_env(forks),
+        timed_run(tool + [out, "-i", inventory] + playbook_args,
+                  dict(ansible_env(forks), HYPEMAN_VGPU_BYTECODE_CACHE=os.path.join(work, "bytecode")),
                   os.path.join(work, "split-%s-%d.log" % (name, count)))
         with open(out) as handle:
             records = [json.loads(line) for line in handle]
@@ -209,11 +219,16 @@ def main(argv=None):
               % (args.hosts, "/".join(sorted(set(fleet_fixture.MIX))), time.monotonic() - start, args.forks,
                  " ".join("%.1f" % value for value in os.getloadavg())))
         rows = {}
+        names = ("audit", "cold", "baseline") if args.baseline else ("audit", "cold")
         for count in (args.small, args.hosts):
             rows[count], summary = measure(work, count, args.forks, args.repeat, args.baseline)
             row = rows[count]
             print("  %4d hosts: ping %6.1f s wall (%.3f s/host), %6.1f s CPU (%.3f s/host)" % (
                 count, row["ping"], row["ping"] / count, row["ping_cpu"], row["ping_cpu"] / count))
+            print("       cold audit %6.1f s wall (%.3f s/host), %6.1f s CPU (%.3f s/host)   "
+                  "cold/ping per host: %.2fx wall, %.2fx CPU   [no bytecode cache: every helper compiled]" % (
+                      row["cold"], row["cold"] / count, row["cold_cpu"], row["cold_cpu"] / count,
+                      row["cold"] / row["ping"], row["cold_cpu"] / row["ping_cpu"]))
             print("              audit %6.1f s wall (%.3f s/host), %6.1f s CPU (%.3f s/host)   "
                   "audit/ping per host: %.2fx wall, %.2fx CPU   [%d need action, %d quarantined VFs, "
                   "%d sentinel verdicts]" % (
@@ -222,7 +237,7 @@ def main(argv=None):
                       summary["hosts_needing_action"], summary["quarantined_vfs"], summary["sentinel_failed"]))
             # Each round's audit against the ping run just before it: the machine's speed drifts over
             # minutes, so the median of these pairs is steadier than the ratio of the two fastest runs.
-            for name in ("audit", "baseline") if args.baseline else ("audit",):
+            for name in names:
                 pairs = [cpu / ping for cpu, ping in zip(row[name + "_cpu_runs"], row["ping_cpu_runs"])]
                 print("              %s/ping CPU round by round: %s; median %.2fx" % (
                     name, " ".join("%.2fx" % pair for pair in pairs), statistics.median(pairs)))
@@ -233,7 +248,6 @@ def main(argv=None):
                           row["baseline"] / row["ping"], row["baseline_cpu"] / row["ping_cpu"]))
         small, large = rows[args.small], rows[args.hosts]
         extra = float(args.hosts - args.small)
-        names = ("audit", "baseline") if args.baseline else ("audit",)
         for unit, suffix in (("wall", ""), ("CPU", "_cpu")):
             marginal_ping = (large["ping" + suffix] - small["ping" + suffix]) / extra
             print("%s: ping per host %.3f s at %d hosts, %.3f s at %d (x%.2f); marginal ping host (%d -> %d) %.3f s"

@@ -41,8 +41,8 @@ make_test_venv() { # dir python requirements
   local harness marker=/tmp/.hypeman-vgpu-zipimport-compile-once name=hypeman_vgpu_zipimport_compile_once site
   harness="$(pwd)/tests/harness/zipimport_compile_once.py"
   site=$("$1/bin/python" -c 'import sysconfig; print(sysconfig.get_path("purelib"))')
-  printf 'import os; os.path.exists("%s") and exec(compile(open("%s").read(), "%s", "exec"), {"__name__": "%s"})\n' \
-    "$marker" "$harness" "$harness" "$name" > "$site/$name.pth"
+  printf 'import os; os.path.exists("%s") and exec(compile(open("%s").read(), "%s", "exec"), {"__name__": "%s", "__file__": "%s"})\n' \
+    "$marker" "$harness" "$harness" "$name" "$harness" > "$site/$name.pth"
 }
 
 # Independent steps at the same time: pip downloads and unpacks, debootstrap

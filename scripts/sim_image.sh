@@ -53,10 +53,12 @@ hash_of() { sha256sum | cut -c1-16; }
 
 base_key=$( { declare -f build_base; echo "$suite $mirror $packages"; } | hash_of)
 # Inputs of the top layer: the base, the Containerfile and units, the simulator, and the
-# zipimport patch its python3 loads (docs/testing.md, "Modules compiled once").
+# zipimport patch its python3 loads, with the collection's bytecode cache the patch uses
+# (docs/testing.md, "Modules compiled once").
 sim_files() {
   find tests/sim -type f -name '*.py' -not -path '*/__pycache__/*' | LC_ALL=C sort
   echo tests/harness/zipimport_compile_once.py
+  echo plugins/module_utils/_payload_loader.py  # the harness's code cache is the collection's
   find tests/sim/image -type f | LC_ALL=C sort
 }
 image_key=$( { echo "$base_key"; sim_files | while read -r f; do echo "$f"; cat "$f"; done; } | hash_of)

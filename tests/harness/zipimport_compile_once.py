@@ -13,14 +13,18 @@ which compiles to learn the file name, and loading it compiles again
 This patch keeps the code object ``get_filename`` compiled and hands that same
 object to the ``get_code`` that follows. Every payload of a phase also carries
 the same ``module_utils`` sources, so it keeps each source's compiled code in
-``CODE_CACHE``, keyed by the source's hash and the interpreter's bytecode
-version, as Python's own ``__pycache__`` does for plain files: a later
-process loads it and gives it its own file name (``_imp._fix_co_filename``,
-what Python does when a ``.pyc`` moved). Nothing else changes: the same
-source, compiled by the same function, runs exactly as before, under the file
-name zipimport gives it. The collection's own ``_payload_loader`` compiles
-its helpers once per run on managed hosts; Ansible's own ``module_utils`` are
-imported before any module code runs, so only the interpreter can help them.
+``CODE_CACHE`` with the collection's own bytecode cache
+(``_payload_loader.BytecodeCache``, loaded by path), keyed by the source's
+hash and the interpreter's bytecode version, as Python's own ``__pycache__``
+does for plain files: a later process loads it and gives it its own file
+name (``_imp._fix_co_filename``, what Python does when a ``.pyc`` moved).
+Nothing else changes: the same source, compiled by the same function, runs
+exactly as before, under the file name zipimport gives it. On managed hosts
+``_payload_loader`` does the same for the collection's own helpers; Ansible's
+own ``module_utils`` are imported before any module code runs, so only the
+interpreter (or this patch) can help them. The ``.pth`` passes this file's
+path as ``__file__``: the loader lies at ``plugins/module_utils`` beside
+``tests/harness``.
 
 Loaded at interpreter start by a ``.pth`` file that ``scripts/bootstrap.sh``
 puts in the test venvs, and only where ``MARKER`` exists: ``scripts/test.sh``
@@ -33,65 +37,37 @@ this file as ``PTH_NAME``, which installs the patch.
 from __future__ import annotations
 
 import os
-import stat
-import sys
 import zipimport
 
 MARKER = "/tmp/.hypeman-vgpu-zipimport-compile-once"
 CODE_CACHE = "/tmp/.hypeman-vgpu-zipimport-code"
 PTH_NAME = "hypeman_vgpu_zipimport_compile_once"
+# The collection's bytecode cache, relative to the repository root (two levels above this file).
+LOADER = os.path.join("plugins", "module_utils", "_payload_loader.py")
 
 
-def _private_dir(path):
-    """``path`` as a directory only this user can write (made if missing), else None."""
-    try:
-        os.mkdir(path, 0o700)
-    except FileExistsError:
-        pass
-    except OSError:
-        return None
-    try:
-        st = os.lstat(path)
-    except OSError:
-        return None
-    # Another user's directory (or one others can write) could hand this process code it did not compile.
-    if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.geteuid() or st.st_mode & 0o022:
-        return None
-    return path
+def _bytecode_cache(cache_dir):
+    """The collection's own bytecode cache (``_payload_loader.BytecodeCache``), its file loaded by path."""
+    import importlib.util  # pylint: disable=import-outside-toplevel  # loaded only by a process that imports from a zip
+
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    spec = importlib.util.spec_from_file_location("hypeman_vgpu_payload_loader", os.path.join(root, LOADER))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)  # outside a payload it installs nothing
+    # Written even under PYTHONDONTWRITEBYTECODE: the phase's own /tmp, gone with it.
+    return module.BytecodeCache(cache_dir, write=True)
 
 
 def cached_compile(compile_source, cache_dir):
     """``zipimport._compile_source`` that keeps each source's code in ``cache_dir``."""
+    cache = []
 
     def compile_cached(pathname, source):
-        import _imp  # pylint: disable=import-outside-toplevel  # loaded only by a process that imports from a zip
-        import hashlib  # pylint: disable=import-outside-toplevel
-        import marshal  # pylint: disable=import-outside-toplevel
-        import types  # pylint: disable=import-outside-toplevel
-        from importlib.util import MAGIC_NUMBER  # pylint: disable=import-outside-toplevel
-
-        directory = _private_dir(cache_dir)
-        if directory is None:
-            return compile_source(pathname, source)
-        key = hashlib.sha256(MAGIC_NUMBER + bytes([sys.flags.optimize]) + bytes(source)).hexdigest()
-        entry = os.path.join(directory, key)
-        try:
-            with open(entry, "rb") as handle:
-                code = marshal.loads(handle.read())
-            if isinstance(code, types.CodeType):
-                _imp._fix_co_filename(code, pathname)  # pylint: disable=protected-access
-                return code
-        except (OSError, EOFError, ValueError, TypeError):
-            pass  # not there yet, or unreadable: compile it
-        code = compile_source(pathname, source)
-        partial = "%s.%d.tmp" % (entry, os.getpid())
-        try:
-            with open(partial, "wb") as handle:
-                handle.write(marshal.dumps(code))
-            os.replace(partial, entry)  # whole or absent for every reader
-        except OSError:
-            pass
-        return code
+        if not cache:
+            cache.append(_bytecode_cache(cache_dir))
+        # The module's path inside the payload, as the entry's stem: the same for every payload.
+        stem = pathname.rpartition(".zip" + os.sep)[2].replace(os.sep, ".")
+        return cache[0].code(stem, source, pathname, compile_source)
 
     return compile_cached
 

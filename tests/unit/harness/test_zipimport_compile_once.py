@@ -26,7 +26,7 @@ PROBE = COUNTING_COMPILE + r'''
 import runpy
 report = {}
 if sys.argv[2]:
-    namespace = {"__name__": "zipimport_compile_once"}
+    namespace = {"__name__": "zipimport_compile_once", "__file__": sys.argv[2]}
     exec(real_compile(open(sys.argv[2]).read(), sys.argv[2], "exec"), namespace)
     cache = sys.argv[3] or None
     report["installed"] = [namespace["install"](cache_dir=cache), namespace["install"](cache_dir=cache)]
@@ -46,7 +46,9 @@ except ImportError as err:
     report["missing"] = type(err).__name__
 # As AnsiballZ starts a module: runpy finds it (get_filename) and loads it (get_code).
 report["main"] = runpy.run_module("pkg.main", run_name="__main__")["RESULT"]
-report["compiled"] = {name: count for name, count in compiled.items() if name.endswith(".py")}
+# The payload's files (not the collection's cache helper the patch loads from the file system).
+report["compiled"] = {name: count for name, count in compiled.items()
+                      if name.endswith(".py") and name != "_payload_loader.py"}
 print(json.dumps(report))
 '''
 SOURCES = {
