@@ -68,6 +68,8 @@ PING_PLAYBOOK = """---
 
 def ansible_env(forks):
     env = dict(os.environ)
+    # As on a managed host, where it is seldom set: with it, no bytecode is kept between runs.
+    env.pop("PYTHONDONTWRITEBYTECODE", None)
     env.setdefault("ANSIBLE_COLLECTIONS_PATH", os.path.join(REPO, ".collections"))
     env.update({"ANSIBLE_FORKS": str(forks), "ANSIBLE_NOCOLOR": "1", "ANSIBLE_HOST_KEY_CHECKING": "False",
                 "ANSIBLE_DEPRECATION_WARNINGS": "False", "ANSIBLE_LOCALHOST_WARNING": "False"})

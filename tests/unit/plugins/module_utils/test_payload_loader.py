@@ -228,8 +228,8 @@ def _load(cache_dir, filename="/payload.zip/pkg/_helper.py"):
         return _payload_loader.compile_helper(name, source)
 
     with hang_detector(10, "loading through the cache"):
-        code = _payload_loader.BytecodeCache(str(cache_dir), write=True).code("_helper", SOURCE, filename,
-                                                                             compile_counted)
+        cache = _payload_loader.BytecodeCache(str(cache_dir), write=True)
+        code = cache.code("_helper", SOURCE, filename, compile_counted)
     namespace = {}
     exec(code, namespace)  # pylint: disable=exec-used
     assert namespace["VALUE"] == 7 and namespace["where"].__code__.co_filename == filename
